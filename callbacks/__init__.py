@@ -1,0 +1,3 @@
+"""Keras callbacks for distributed training (shipped as ``kerashvd.callbacks``)."""
+
+__all__ = []

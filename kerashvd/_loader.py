@@ -1,0 +1,56 @@
+"""Loads kerashvd's native libraries in the right order, with errors that say how to fix them.
+
+1. libmpi.so.12 from the `mpich` wheel is loaded first with RTLD_GLOBAL, so the engine and
+   mpi4py (whichever comes first) share one MPI library in the process.
+2. The TensorFlow version is checked against the one the ops were compiled for, before the
+   op library is loaded: a mismatch is an ImportError naming both versions and the rebuild
+   command, never a bare "undefined symbol".
+"""
+
+import ctypes
+import importlib.metadata
+import os
+
+from . import _build_info
+
+_REBUILD_HINT = (
+    "Rebuild kerashvd against the installed TensorFlow: "
+    "pip install --no-build-isolation --no-cache-dir --force-reinstall --no-deps kerashvd "
+    "(or the path of your kerashvd checkout)."
+)
+
+
+def _mpich_library():
+    try:
+        dist = importlib.metadata.distribution("mpich")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in dist.files or []:
+        if str(f).endswith("libmpi.so.12"):
+            return os.path.realpath(dist.locate_file(f))
+    return None
+
+
+def preload_mpi():
+    """Loads the MPI library kerashvd was built against into the global symbol namespace."""
+    path = _mpich_library()
+    if path is None:
+        return  # built against another MPI (KERASHVD_MPI_HOME); the loader's path finds it
+    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
+def load_tf_ops():
+    """Returns the module of kerashvd's TensorFlow ops after checking the TF version."""
+    import tensorflow as tf
+
+    if tf.__version__ != _build_info.TF_VERSION:
+        raise ImportError(
+            f"kerashvd was compiled against TensorFlow {_build_info.TF_VERSION}, but TensorFlow "
+            f"{tf.__version__} is installed; its C++ ops cannot load into a different version. "
+            + _REBUILD_HINT
+        )
+    path = os.path.join(os.path.dirname(__file__), "libkerashvd_tf_ops.so")
+    try:
+        return tf.load_op_library(path)
+    except tf.errors.NotFoundError as err:
+        raise ImportError(f"Could not load kerashvd's TensorFlow ops ({err}). " + _REBUILD_HINT) from err

@@ -1,0 +1,269 @@
+"""Collective operations on TensorFlow tensors, eagerly or inside ``tf.function``.
+
+Every function takes the tensor(s) first, then the operation's options, then ``name``. A
+collective is matched across ranks by its name (see ``_names``); every rank must call the
+same collectives with the same names, shapes and dtypes.
+"""
+
+import tensorflow as tf
+
+from . import _names
+from ._ops import OPS
+from .compression import Compression
+from .reduce_ops import Average, Sum, resolve_op
+from .runtime import _require_init, size
+
+_REDUCE_DTYPES = {tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int8, tf.uint8, tf.int32, tf.int64}
+_ALL_DTYPES = _REDUCE_DTYPES | {tf.bool, tf.int16, tf.uint16}
+
+
+def _as_tensor(value, what, dtypes):
+    try:
+        tensor = tf.convert_to_tensor(value)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{what} needs a tensor or a value convertible to one; received "
+                        f"{type(value).__name__}: {err}") from None
+    if tensor.dtype not in dtypes:
+        names = ", ".join(sorted(d.name for d in dtypes))
+        raise TypeError(f"{what} does not support dtype {tensor.dtype.name}; supported: {names}")
+    return tensor
+
+
+def _as_tensor_list(values, what, dtypes):
+    if isinstance(values, (tf.Tensor, tf.Variable)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{what} needs a list of tensors; received {type(values).__name__}")
+    tensors = [_as_tensor(v, what, dtypes) for v in values]
+    if len({t.dtype for t in tensors}) > 1:
+        raise TypeError(f"{what} needs tensors of one dtype; received "
+                        f"{sorted({t.dtype.name for t in tensors})}. Group them by dtype.")
+    return tensors
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none,
+              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """Reduces a tensor over all ranks; every rank gets the result.
+
+    Args:
+        tensor: a tensor (or ``tf.IndexedSlices``, which is allgathered instead).
+        average: deprecated Horovod argument; use ``op``.
+        device_dense, device_sparse: accepted for Horovod compatibility; unused.
+        compression: a ``kerashvd.Compression`` applied around the collective.
+        op: ``kerashvd.Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
+        prescale_factor: multiplies the input before the reduction.
+        postscale_factor: multiplies the result after the reduction.
+        name: the key ranks match this collective by; default: a call counter.
+
+    Returns:
+        A tensor of the input's shape and dtype.
+
+    Raises:
+        TypeError: for an unsupported dtype. ValueError: for a bad ``op``.
+        tf.errors.InvalidArgumentError: when ranks disagree on shape, dtype or op.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> hvd.init()
+    >>> hvd.allreduce(tf.constant([1.0, 2.0]), op=hvd.Sum).numpy() / hvd.size()
+    array([1., 2.], dtype=float32)
+    """
+    _require_init()
+    op = resolve_op(op, average)
+    key = _names.tensor_name("allreduce", name)
+    if isinstance(tensor, tf.IndexedSlices):
+        return _allreduce_indexed_slices(tensor, op, key)
+    tensor = _as_tensor(tensor, "allreduce", _REDUCE_DTYPES)
+    compressed, context = compression.compress(tensor)
+    reduced = OPS.kerashvd_allreduce(compressed, reduce_op=op, prescale_factor=prescale_factor,
+                                     postscale_factor=postscale_factor, tensor_name=key)
+    return compression.decompress(reduced, context)
+
+
+def _allreduce_indexed_slices(slices, op, key):
+    if op not in (Average, Sum):
+        raise ValueError("allreduce of tf.IndexedSlices supports op=Average or op=Sum only")
+    values = OPS.kerashvd_allgather(slices.values, tensor_name=key + ".values")
+    indices = OPS.kerashvd_allgather(slices.indices, tensor_name=key + ".indices")
+    if op == Average:
+        values = values / tf.cast(size(), values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
+                      compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, name=None):
+    """Reduces a list of tensors of one dtype as one unit, fused into one collective.
+
+    Args:
+        tensors: a list of tensors of the same dtype.
+        Others: as for :func:`allreduce`.
+
+    Returns:
+        A list of reduced tensors, in the input's order.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> a, b = hvd.grouped_allreduce([tf.ones([2]), tf.zeros([3])])
+    >>> a.shape, b.shape
+    (TensorShape([2]), TensorShape([3]))
+    """
+    _require_init()
+    op = resolve_op(op, average)
+    key = _names.tensor_name("grouped_allreduce", name)
+    tensors = _as_tensor_list(tensors, "grouped_allreduce", _REDUCE_DTYPES)
+    if not tensors:
+        return []
+    pairs = [compression.compress(t) for t in tensors]
+    reduced = OPS.kerashvd_grouped_allreduce([p[0] for p in pairs], reduce_op=op,
+                                             prescale_factor=prescale_factor,
+                                             postscale_factor=postscale_factor, tensor_name=key)
+    return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
+
+
+def allgather(tensor, name=None):
+    """Concatenates every rank's tensor along the first dimension, in rank order.
+
+    The first dimension may differ between ranks; the others must agree.
+
+    Args:
+        tensor: a tensor of rank >= 1.
+        name: the key ranks match this collective by.
+
+    Returns:
+        A tensor whose first dimension is the sum of all ranks' first dimensions.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> hvd.allgather(tf.fill([hvd.rank() + 1], hvd.rank())).shape[0] == sum(range(1, hvd.size() + 1))
+    True
+    """
+    _require_init()
+    tensor = _as_tensor(tensor, "allgather", _ALL_DTYPES)
+    return OPS.kerashvd_allgather(tensor, tensor_name=_names.tensor_name("allgather", name))
+
+
+def grouped_allgather(tensors, name=None):
+    """Allgathers a list of tensors of one dtype as one unit. Returns a list."""
+    _require_init()
+    tensors = _as_tensor_list(tensors, "grouped_allgather", _ALL_DTYPES)
+    if not tensors:
+        return []
+    return OPS.kerashvd_grouped_allgather(tensors, tensor_name=_names.tensor_name("grouped_allgather", name))
+
+
+def broadcast(tensor, root_rank, name=None):
+    """Returns ``root_rank``'s value of ``tensor`` on every rank.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> int(hvd.broadcast(tf.constant(hvd.rank()), root_rank=0))
+    0
+    """
+    _require_init()
+    _check_root(root_rank)
+    tensor = _as_tensor(tensor, "broadcast", _ALL_DTYPES)
+    return OPS.kerashvd_broadcast(tensor, root_rank=root_rank,
+                                  tensor_name=_names.tensor_name("broadcast", name))
+
+
+def grouped_broadcast(tensors, root_rank, name=None):
+    """Broadcasts a list of tensors of one dtype as one unit. Returns a list."""
+    _require_init()
+    _check_root(root_rank)
+    tensors = _as_tensor_list(tensors, "grouped_broadcast", _ALL_DTYPES)
+    if not tensors:
+        return []
+    return OPS.kerashvd_grouped_broadcast(tensors, root_rank=root_rank,
+                                          tensor_name=_names.tensor_name("grouped_broadcast", name))
+
+
+def _check_root(root_rank):
+    if not isinstance(root_rank, int) or isinstance(root_rank, bool) or not 0 <= root_rank < size():
+        raise ValueError(f"root_rank must be an int in [0, {size()}); received root_rank={root_rank!r}")
+
+
+def alltoall(tensor, splits=None, name=None):
+    """Sends ``splits[r]`` rows of ``tensor`` to each rank r and receives rows from every rank.
+
+    Args:
+        tensor: a tensor of rank >= 1.
+        splits: rows to send to each rank (length ``size()``, summing to the first
+            dimension). Default: equal parts (the first dimension must divide by ``size()``).
+        name: the key ranks match this collective by.
+
+    Returns:
+        The received rows in rank order when ``splits`` is None; otherwise a pair
+        ``(received, received_splits)``.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> out = hvd.alltoall(tf.range(hvd.size()))
+    >>> out.numpy().tolist() == [hvd.rank()] * hvd.size()
+    True
+    """
+    _require_init()
+    tensor = _as_tensor(tensor, "alltoall", _ALL_DTYPES)
+    split_tensor = tf.zeros([0], tf.int64) if splits is None else tf.cast(splits, tf.int64)
+    received, received_splits = OPS.kerashvd_alltoall(
+        tensor, split_tensor, tensor_name=_names.tensor_name("alltoall", name))
+    return received if splits is None else (received, received_splits)
+
+
+def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """Reduces over ranks, then rank r keeps its part of the first dimension.
+
+    With N rows and n ranks, the first ``N % n`` ranks get ``N // n + 1`` rows, the others
+    ``N // n``.
+
+    Args:
+        tensor: a tensor of rank >= 1, the same shape on every rank.
+        op: ``kerashvd.Average`` (default) or ``kerashvd.Sum``.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> hvd.reducescatter(tf.ones([hvd.size(), 2]), op=hvd.Sum).shape
+    TensorShape([1, 2])
+    """
+    _require_init()
+    op = resolve_op(op, None, allowed=(Average, Sum))
+    tensor = _as_tensor(tensor, "reducescatter", _REDUCE_DTYPES)
+    return OPS.kerashvd_reducescatter(tensor, reduce_op=op, prescale_factor=prescale_factor,
+                                      postscale_factor=postscale_factor,
+                                      tensor_name=_names.tensor_name("reducescatter", name))
+
+
+def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """Reducescatter of a list of tensors of one dtype as one unit. Returns a list."""
+    _require_init()
+    op = resolve_op(op, None, allowed=(Average, Sum))
+    tensors = _as_tensor_list(tensors, "grouped_reducescatter", _REDUCE_DTYPES)
+    if not tensors:
+        return []
+    return OPS.kerashvd_grouped_reducescatter(
+        tensors, reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+        tensor_name=_names.tensor_name("grouped_reducescatter", name))
+
+
+def join():
+    """Marks this rank as done and waits until every rank has joined.
+
+    Until then this rank contributes zeros to other ranks' allreduces (and no rows to
+    allgathers), so ranks with fewer batches can stop early. ``Average`` still divides by
+    ``size()``.
+
+    Returns:
+        The rank that joined last.
+    """
+    _require_init()
+    return int(OPS.kerashvd_join(tensor_name="join"))
+
+
+def barrier():
+    """Waits until every rank has reached this barrier."""
+    _require_init()
+    OPS.kerashvd_barrier(tensor_name=_names.tensor_name("barrier"))

@@ -1,0 +1,87 @@
+"""Engine settings: read once at init() from KERASHVD_* variables and keyword arguments.
+
+Each setting has one environment variable and one keyword of :func:`kerashvd.init`. Values are
+validated here; an unknown ``KERASHVD_*`` variable is an error (a typo must not silently fall
+back to a default).
+"""
+
+import dataclasses
+import os
+
+from . import _core
+
+# Variables kerashvd reads or sets itself besides the engine settings.
+_OTHER_VARIABLES = {"KERASHVD_TIMELINE", "KERASHVD_RUN_FUNCTION", "KERASHVD_RUN_RESULT_DIR"}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Setting:
+    variable: str
+    field: str      # attribute of _core.Config
+    unit: float     # multiply the variable's value by this to get the field's unit
+    minimum: float
+    doc: str
+
+
+SETTINGS = {
+    "fusion_threshold_bytes": _Setting(
+        "KERASHVD_FUSION_THRESHOLD", "fusion_threshold_bytes", 1, 0,
+        "bytes of tensors fused into one collective (default 128 MiB)"),
+    "cycle_time_ms": _Setting(
+        "KERASHVD_CYCLE_TIME", "cycle_time_ms", 1, 0.01,
+        "longest idle sleep of the background thread, in milliseconds (default 1)"),
+    "cache_capacity": _Setting(
+        "KERASHVD_CACHE_CAPACITY", "cache_capacity", 1, 0,
+        "negotiated signatures remembered (default 1024; 0 disables the response cache)"),
+    "stall_check_seconds": _Setting(
+        "KERASHVD_STALL_CHECK_TIME", "stall_check_seconds", 1, 0,
+        "seconds before a collective missing on some ranks is reported (default 60; 0: never)"),
+    "stall_shutdown_seconds": _Setting(
+        "KERASHVD_STALL_SHUTDOWN_TIME", "stall_shutdown_seconds", 1, 0,
+        "seconds before a stalled collective fails on every rank (default 0: never)"),
+    "peer_timeout_seconds": _Setting(
+        "KERASHVD_PEER_TIMEOUT", "peer_timeout_seconds", 1, 0,
+        "seconds without an answer from other ranks before they count as dead (default 30)"),
+}
+
+
+def _parse(setting, text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(
+            f"{setting.variable} must be a number ({setting.doc}); received {text!r}") from None
+    return value
+
+
+def build_config(overrides):
+    """Returns a validated ``_core.Config`` from the environment and ``overrides``.
+
+    Raises:
+        ValueError: for an unknown ``KERASHVD_*`` variable or keyword, or a bad value.
+    """
+    known = {s.variable for s in SETTINGS.values()} | _OTHER_VARIABLES
+    unknown = sorted(k for k in os.environ if k.startswith("KERASHVD_") and k not in known)
+    if unknown:
+        raise ValueError(
+            f"Unknown kerashvd setting(s) in the environment: {', '.join(unknown)}. "
+            f"Known: {', '.join(sorted(known))}.")
+    bad = sorted(set(overrides) - set(SETTINGS))
+    if bad:
+        raise ValueError(f"init() got unknown setting(s) {bad}; known: {sorted(SETTINGS)}")
+
+    config = _core.Config()
+    for key, setting in SETTINGS.items():
+        if key in overrides and overrides[key] is not None:
+            value = float(overrides[key])
+            source = f"{key}={overrides[key]!r}"
+        elif setting.variable in os.environ:
+            value = _parse(setting, os.environ[setting.variable]) * setting.unit
+            source = f"{setting.variable}={os.environ[setting.variable]!r}"
+        else:
+            continue
+        if value < setting.minimum:
+            raise ValueError(f"{key} must be >= {setting.minimum} ({setting.doc}); received {source}")
+        current = getattr(config, setting.field)
+        setattr(config, setting.field, type(current)(value))
+    return config

@@ -1,0 +1,103 @@
+"""Gradients of the collectives, registered where the ops are defined.
+
+Each gradient is itself a collective, keyed by the forward op's name plus ``.grad`` so every
+rank's backward pass matches up:
+- allreduce: the same reduction of the incoming gradient (Sum stays Sum, Average stays Average).
+- allgather: the summed gradient's slice that came from this rank.
+- broadcast: the summed gradient on the root, zeros elsewhere.
+- reducescatter: the allgathered gradient (divided by size for Average).
+- alltoall: the gradient sent back along the received splits.
+"""
+
+import tensorflow as tf
+
+from ._ops import OPS
+from .reduce_ops import Average, Sum
+
+
+def _name(op):
+    return op.get_attr("tensor_name").decode() + ".grad"
+
+
+def _scales(op):
+    return {"prescale_factor": op.get_attr("prescale_factor"),
+            "postscale_factor": op.get_attr("postscale_factor")}
+
+
+@tf.RegisterGradient("KerashvdAllreduce")
+def _allreduce_grad(op, grad):
+    return OPS.kerashvd_allreduce(grad, reduce_op=op.get_attr("reduce_op"), tensor_name=_name(op),
+                                  **_scales(op))
+
+
+@tf.RegisterGradient("KerashvdGroupedAllreduce")
+def _grouped_allreduce_grad(op, *grads):
+    return OPS.kerashvd_grouped_allreduce(list(grads), reduce_op=op.get_attr("reduce_op"),
+                                          tensor_name=_name(op), **_scales(op))
+
+
+def _own_rows(summed, first_dims):
+    from .runtime import rank
+    return tf.split(summed, first_dims, axis=0)[rank()]
+
+
+@tf.RegisterGradient("KerashvdAllgather")
+def _allgather_grad(op, grad):
+    name = _name(op)
+    summed = OPS.kerashvd_allreduce(grad, reduce_op=Sum, tensor_name=name)
+    dims = OPS.kerashvd_allgather(tf.shape(op.inputs[0], out_type=tf.int64)[:1], tensor_name=name + ".dims")
+    return _own_rows(summed, dims)
+
+
+@tf.RegisterGradient("KerashvdGroupedAllgather")
+def _grouped_allgather_grad(op, *grads):
+    name = _name(op)
+    summed = OPS.kerashvd_grouped_allreduce(list(grads), reduce_op=Sum, tensor_name=name)
+    dims = OPS.kerashvd_grouped_allgather(
+        [tf.shape(x, out_type=tf.int64)[:1] for x in op.inputs], tensor_name=name + ".dims")
+    return [_own_rows(s, d) for s, d in zip(summed, dims)]
+
+
+def _on_root_only(op, summed):
+    from .runtime import rank
+    if rank() == op.get_attr("root_rank"):
+        return summed
+    return [tf.zeros_like(s) for s in summed] if isinstance(summed, list) else tf.zeros_like(summed)
+
+
+@tf.RegisterGradient("KerashvdBroadcast")
+def _broadcast_grad(op, grad):
+    return _on_root_only(op, OPS.kerashvd_allreduce(grad, reduce_op=Sum, tensor_name=_name(op)))
+
+
+@tf.RegisterGradient("KerashvdGroupedBroadcast")
+def _grouped_broadcast_grad(op, *grads):
+    summed = OPS.kerashvd_grouped_allreduce(list(grads), reduce_op=Sum, tensor_name=_name(op))
+    return _on_root_only(op, list(summed))
+
+
+def _scatter_grad(op, grads):
+    from .runtime import size
+    gathered = OPS.kerashvd_grouped_allgather(list(grads), tensor_name=_name(op))
+    if op.get_attr("reduce_op") == Average:
+        gathered = [g / tf.cast(size(), g.dtype) for g in gathered]
+    scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
+    if scale != 1.0:
+        gathered = [g * tf.cast(scale, g.dtype) for g in gathered]
+    return gathered
+
+
+@tf.RegisterGradient("KerashvdReducescatter")
+def _reducescatter_grad(op, grad):
+    return _scatter_grad(op, [grad])[0]
+
+
+@tf.RegisterGradient("KerashvdGroupedReducescatter")
+def _grouped_reducescatter_grad(op, *grads):
+    return _scatter_grad(op, grads)
+
+
+@tf.RegisterGradient("KerashvdAlltoall")
+def _alltoall_grad(op, grad, unused_splits_grad):
+    back, _ = OPS.kerashvd_alltoall(grad, op.outputs[1], tensor_name=_name(op))
+    return back, None

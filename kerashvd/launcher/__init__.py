@@ -1,0 +1,1 @@
+"""Starting kerashvd jobs: the ``kerashvdrun`` command and :func:`kerashvd.run`."""

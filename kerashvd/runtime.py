@@ -1,0 +1,141 @@
+"""Process-level API: start and stop the engine, and where this process sits in the job."""
+
+import atexit
+
+from . import _build_info, _core
+from .config import build_config
+
+
+class NotInitializedError(RuntimeError):
+    """Raised when kerashvd is used before :func:`init` (or after :func:`shutdown`)."""
+
+
+def _require_init():
+    if not _core.is_initialized():
+        raise NotInitializedError(
+            "kerashvd has not been initialized: call kerashvd.init() first "
+            "(after kerashvd.shutdown(), call init() again).")
+
+
+def init(**settings):
+    """Starts kerashvd in this process: MPI, and the engine's background thread.
+
+    Works under ``kerashvdrun``, ``mpiexec``, ``srun`` and as a single process under plain
+    ``python`` (size 1). Calling it again while running is a no-op.
+
+    Args:
+        **settings: engine settings overriding their ``KERASHVD_*`` variables:
+            ``fusion_threshold_bytes``, ``cycle_time_ms``, ``cache_capacity``,
+            ``stall_check_seconds``, ``stall_shutdown_seconds``, ``peer_timeout_seconds``.
+
+    Raises:
+        ValueError: for an unknown setting or ``KERASHVD_*`` variable, or a bad value.
+        RuntimeError: when MPI cannot start.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> hvd.init()
+    >>> hvd.rank() < hvd.size()
+    True
+    """
+    if _core.is_initialized():
+        if settings:
+            raise ValueError(
+                "kerashvd is already initialized; settings can only be given to the first "
+                f"init(). Call kerashvd.shutdown() first to change them. Received: {settings}")
+        return
+    _core.init(build_config(settings))
+
+
+def shutdown():
+    """Stops the engine on every rank. Pending collectives fail; ``init()`` may be called again.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> hvd.init(); hvd.shutdown(); hvd.is_initialized()
+    False
+    """
+    _core.shutdown()
+
+
+def is_initialized():
+    """Returns whether :func:`init` has been called (and not undone by :func:`shutdown`)."""
+    return _core.is_initialized()
+
+
+def _topology(getter):
+    _require_init()
+    return getter()
+
+
+def size():
+    """Returns the number of processes in the job."""
+    return _topology(_core.size)
+
+
+def rank():
+    """Returns this process's rank, in ``[0, size())``."""
+    return _topology(_core.rank)
+
+
+def local_size():
+    """Returns the number of processes on this host."""
+    return _topology(_core.local_size)
+
+
+def local_rank():
+    """Returns this process's rank among the processes on this host."""
+    return _topology(_core.local_rank)
+
+
+def cross_size():
+    """Returns the number of hosts that have a process with this process's local rank."""
+    return _topology(_core.cross_size)
+
+
+def cross_rank():
+    """Returns this host's index among the hosts (for processes with the same local rank)."""
+    return _topology(_core.cross_rank)
+
+
+def mpi_threads_supported():
+    """Returns whether MPI runs with MPI_THREAD_MULTIPLE, so user code may call MPI too."""
+    return _topology(_core.mpi_threads_supported)
+
+
+def mpi_built():
+    """Returns True: this kerashvd has the MPI backend (CPU tensors, control plane)."""
+    return bool(_build_info.MPI_BUILT)
+
+
+def nccl_built():
+    """Returns whether this kerashvd was built with the NCCL backend for GPU tensors."""
+    return bool(_build_info.NCCL_BUILT)
+
+
+def build_info():
+    """Returns what this kerashvd was compiled with.
+
+    Returns:
+        A dict with ``tensorflow_version`` (the TF the ops were compiled against),
+        ``mpi_built``, ``mpi_source``, ``nccl_built``, ``cuda_version`` and ``compiler``.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> sorted(hvd.build_info())[:2]
+    ['compiler', 'cuda_version']
+    """
+    return {
+        "tensorflow_version": _build_info.TF_VERSION,
+        "mpi_built": bool(_build_info.MPI_BUILT),
+        "mpi_source": _build_info.MPI_SOURCE,
+        "nccl_built": bool(_build_info.NCCL_BUILT),
+        "cuda_version": _build_info.CUDA_VERSION or None,
+        "compiler": _build_info.CXX_COMPILER,
+    }
+
+
+atexit.register(_core.shutdown)

@@ -1,0 +1,47 @@
+// Backend: the data plane. One small interface, one implementation per library (MPI for host
+// memory, NCCL for GPU memory); the engine picks one per tensor by its device.
+//
+// Every collective takes the same leading arguments (send, recv, count or bytes, dtype) in the
+// order NCCL uses, plus an options struct. An operation a backend cannot run returns
+// Unimplemented naming the backend. Reductions receive only natively reducible types: the
+// engine has already widened float16/bfloat16 to float32 and turned Average into Sum.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "../status.h"
+#include "../types.h"
+
+namespace kerashvd {
+
+struct ReduceOptions {
+  ReduceOp op = ReduceOp::kSum;  // kSum, kMin, kMax or kProduct
+};
+
+struct BroadcastOptions {
+  int root = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // send == recv reduces in place.
+  virtual Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
+                           const ReduceOptions& options) = 0;
+  // recv_bytes[r]: bytes contributed by rank r, laid out in rank order in `recv`.
+  virtual Status Allgatherv(const void* send, void* recv, const std::vector<int64_t>& recv_bytes) = 0;
+  virtual Status Broadcast(void* buffer, int64_t bytes, const BroadcastOptions& options) = 0;
+  virtual Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                           const std::vector<int64_t>& recv_bytes) = 0;
+  // recv_counts[r]: elements of the reduced result that rank r receives.
+  virtual Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                               DataType dtype, const ReduceOptions& options) = 0;
+  // Small metadata exchanges (first dimensions, alltoall splits) on host memory.
+  virtual Status AllgatherInt64(const int64_t* send, int64_t count, int64_t* recv) = 0;
+  virtual Status AlltoallInt64(const int64_t* send, int64_t* recv) = 0;
+};
+
+}  // namespace kerashvd

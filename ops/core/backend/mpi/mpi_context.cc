@@ -1,0 +1,95 @@
+#include "mpi_context.h"
+
+#include <cstdlib>
+#include <mutex>
+
+#include "../../types.h"
+
+namespace kerashvd {
+namespace {
+
+std::once_flag finalize_registered;
+
+void FinalizeAtExit() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Finalize();
+}
+
+}  // namespace
+
+Status MpiStatus(int code, const char* call) {
+  if (code == MPI_SUCCESS) return Status::Ok();
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return Status::Internal(std::string(call) + " failed: " + std::string(text, len));
+}
+
+MPI_Datatype MpiDatatype(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUint8: return MPI_UINT8_T;
+    case DataType::kInt8: return MPI_INT8_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    default: return MPI_DATATYPE_NULL;  // not reducible by MPI directly
+  }
+}
+
+MPI_Op MpiOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kProduct: return MPI_PROD;
+    default: return MPI_SUM;
+  }
+}
+
+Status MpiContext::Create(std::unique_ptr<MpiContext>* out) {
+  std::unique_ptr<MpiContext> ctx(new MpiContext());
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized)
+    return Status::FailedPrecondition(
+        "MPI was already finalized in this process (by mpi4py or another library), so kerashvd "
+        "cannot start. Call kerashvd.init() before MPI.Finalize().");
+  if (!initialized) {
+    int provided = 0;
+    KERASHVD_RETURN_IF_ERROR(MpiStatus(
+        MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread"));
+    std::call_once(finalize_registered, [] { std::atexit(FinalizeAtExit); });
+  }
+  MPI_Query_thread(&ctx->thread_level_);
+  KERASHVD_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &ctx->comm_), "MPI_Comm_dup"));
+  // Errors are returned to us and become Status, never an abort of the process.
+  MPI_Comm_set_errhandler(ctx->comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(ctx->comm_, &ctx->rank_);
+  MPI_Comm_size(ctx->comm_, &ctx->size_);
+
+  MPI_Comm local, cross;
+  KERASHVD_RETURN_IF_ERROR(MpiStatus(
+      MPI_Comm_split_type(ctx->comm_, MPI_COMM_TYPE_SHARED, ctx->rank_, MPI_INFO_NULL, &local),
+      "MPI_Comm_split_type"));
+  MPI_Comm_rank(local, &ctx->local_rank_);
+  MPI_Comm_size(local, &ctx->local_size_);
+  KERASHVD_RETURN_IF_ERROR(MpiStatus(
+      MPI_Comm_split(ctx->comm_, ctx->local_rank_, ctx->rank_, &cross), "MPI_Comm_split"));
+  MPI_Comm_rank(cross, &ctx->cross_rank_);
+  MPI_Comm_size(cross, &ctx->cross_size_);
+  MPI_Comm_free(&local);
+  MPI_Comm_free(&cross);
+  *out = std::move(ctx);
+  return Status::Ok();
+}
+
+MpiContext::~MpiContext() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+}  // namespace kerashvd

@@ -1,0 +1,46 @@
+// MpiContext: MPI initialization and the engine's own communicators.
+//
+// kerashvd initializes MPI only when nobody else has (mpi4py may have, or may do so later and
+// find it initialized), asks for MPI_THREAD_MULTIPLE so user code may call MPI beside the
+// engine's thread, and works on a duplicate of MPI_COMM_WORLD so user traffic never mixes
+// with ours. MPI is finalized once, at process exit, and only if kerashvd initialized it, so
+// init() after shutdown() works.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "../../status.h"
+#include "../../types.h"
+
+namespace kerashvd {
+
+class MpiContext {
+ public:
+  static Status Create(std::unique_ptr<MpiContext>* out);
+  ~MpiContext();
+
+  MPI_Comm comm() const { return comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  int cross_rank() const { return cross_rank_; }
+  int cross_size() const { return cross_size_; }
+  bool threads_supported() const { return thread_level_ == MPI_THREAD_MULTIPLE; }
+
+ private:
+  MpiContext() = default;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
+  int thread_level_ = MPI_THREAD_SINGLE;
+};
+
+// Turns an MPI error code into a Status naming the call.
+Status MpiStatus(int code, const char* call);
+MPI_Datatype MpiDatatype(DataType dtype);
+MPI_Op MpiOp(ReduceOp op);
+
+}  // namespace kerashvd

@@ -1,0 +1,89 @@
+#include "mpi_control_plane.h"
+
+#include <chrono>
+#include <sstream>
+#include <thread>
+
+namespace kerashvd {
+
+Status MpiControlPlane::Wait(MPI_Request* request, const char* what) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto spin = std::chrono::microseconds(200);
+  auto nap = std::chrono::microseconds(10);
+  while (true) {
+    int flag = 0;
+    int rc = MPI_Test(request, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return MpiStatus(rc, what);
+    if (flag) return Status::Ok();
+    auto waited = Clock::now() - start;
+    if (waited < spin) continue;
+    if (timeout_seconds_ > 0 && waited > std::chrono::duration<double>(timeout_seconds_)) {
+      std::ostringstream msg;
+      msg << "kerashvd rank " << rank() << ": no answer from the other ranks for "
+          << timeout_seconds_ << " s during " << what
+          << ". A rank has died or its process is stuck (killed, out of memory, stopped in a "
+             "debugger). Check the other ranks' output; the peer timeout is set with "
+             "KERASHVD_PEER_TIMEOUT (seconds).";
+      return Status::Aborted(msg.str());
+    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+}
+
+Status MpiControlPlane::AllreduceBitwiseAnd(uint64_t* words, int count) {
+  if (size() == 1) return Status::Ok();
+  MPI_Request request;
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, words, count, MPI_UINT64_T, MPI_BAND, mpi_->comm(), &request);
+  if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Iallreduce");
+  return Wait(&request, "negotiation (bitwise allreduce)");
+}
+
+Status MpiControlPlane::GatherToRoot(const std::string& send, std::vector<std::string>* received) {
+  if (size() == 1) {
+    received->assign(1, send);
+    return Status::Ok();
+  }
+  int my_bytes = static_cast<int>(send.size());
+  std::vector<int> sizes(rank() == 0 ? size() : 0);
+  MPI_Request request;
+  int rc = MPI_Igather(&my_bytes, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, mpi_->comm(), &request);
+  if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Igather");
+  KERASHVD_RETURN_IF_ERROR(Wait(&request, "negotiation (gather of request sizes)"));
+
+  std::vector<int> displs(sizes.size(), 0);
+  std::string all;
+  if (rank() == 0) {
+    int total = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      displs[i] = total;
+      total += sizes[i];
+    }
+    all.resize(total);
+  }
+  rc = MPI_Igatherv(send.data(), my_bytes, MPI_BYTE, all.data(), sizes.data(), displs.data(),
+                    MPI_BYTE, 0, mpi_->comm(), &request);
+  if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Igatherv");
+  KERASHVD_RETURN_IF_ERROR(Wait(&request, "negotiation (gather of requests)"));
+  if (rank() == 0) {
+    received->resize(size());
+    for (int r = 0; r < size(); ++r) (*received)[r] = all.substr(displs[r], sizes[r]);
+  }
+  return Status::Ok();
+}
+
+Status MpiControlPlane::BroadcastFromRoot(std::string* data) {
+  if (size() == 1) return Status::Ok();
+  int64_t bytes = static_cast<int64_t>(data->size());
+  MPI_Request request;
+  int rc = MPI_Ibcast(&bytes, 1, MPI_INT64_T, 0, mpi_->comm(), &request);
+  if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Ibcast");
+  KERASHVD_RETURN_IF_ERROR(Wait(&request, "negotiation (broadcast of response size)"));
+  data->resize(bytes);
+  rc = MPI_Ibcast(data->data(), static_cast<int>(bytes), MPI_BYTE, 0, mpi_->comm(), &request);
+  if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Ibcast");
+  return Wait(&request, "negotiation (broadcast of responses)");
+}
+
+}  // namespace kerashvd

@@ -1,0 +1,29 @@
+// MpiControlPlane: the negotiation's collectives on MPI, non-blocking with a deadline.
+//
+// Each call starts a non-blocking collective and polls it: a short spin (both ranks are
+// usually already there), then sleeps growing from 10 us to 1 ms, so a rank waiting for a
+// slower one does not burn a core. After the peer timeout it gives up with Aborted.
+#pragma once
+
+#include "../../control_plane.h"
+#include "mpi_context.h"
+
+namespace kerashvd {
+
+class MpiControlPlane : public ControlPlane {
+ public:
+  MpiControlPlane(const MpiContext* mpi, double peer_timeout_seconds)
+      : mpi_(mpi), timeout_seconds_(peer_timeout_seconds) {}
+  int rank() const override { return mpi_->rank(); }
+  int size() const override { return mpi_->size(); }
+  Status AllreduceBitwiseAnd(uint64_t* words, int count) override;
+  Status GatherToRoot(const std::string& send, std::vector<std::string>* received) override;
+  Status BroadcastFromRoot(std::string* data) override;
+
+ private:
+  Status Wait(MPI_Request* request, const char* what);
+  const MpiContext* mpi_;
+  double timeout_seconds_;
+};
+
+}  // namespace kerashvd

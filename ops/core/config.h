@@ -1,0 +1,27 @@
+// Config: every engine setting, read once by Python at init() from KERASHVD_* variables and
+// keyword arguments, validated there, and handed to the engine. The engine never calls getenv.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kerashvd {
+
+struct Config {
+  // Tensors ready in the same cycle are packed into one buffer up to this many bytes.
+  int64_t fusion_threshold_bytes = 128LL * 1024 * 1024;
+  // Longest time the background thread sleeps when it has nothing to do. A submitted tensor
+  // wakes it at once, so this bounds idle latency, not the latency of a collective.
+  double cycle_time_ms = 1.0;
+  // Number of distinct tensor signatures remembered by the response cache; 0 disables it.
+  int64_t cache_capacity = 1024;
+  // A collective submitted by some ranks but not all for this long is reported (0: never).
+  double stall_check_seconds = 60.0;
+  // ...and after this long fails on every rank (0: never).
+  double stall_shutdown_seconds = 0.0;
+  // A negotiation that does not complete within this long means a rank stopped answering
+  // (died, or its process is stuck outside kerashvd); the engine then fails on this rank.
+  double peer_timeout_seconds = 30.0;
+};
+
+}  // namespace kerashvd

@@ -1,0 +1,152 @@
+#include "controller.h"
+
+namespace kerashvd {
+namespace {
+
+enum Flag : uint64_t { kHasUncached = 1, kShutdown = 2, kCoordinatorBroadcast = 4 };
+
+void SetBit(std::vector<uint64_t>& words, size_t offset, int32_t slot) {
+  words[offset + slot / 64] |= uint64_t{1} << (slot % 64);
+}
+
+}  // namespace
+
+Controller::Controller(ControlPlane* control, const Config& config)
+    : control_(control), config_(config), cache_(config.cache_capacity) {
+  if (control_->rank() == 0)
+    coordinator_ = std::make_unique<Coordinator>(control_->size(), config_, &cache_);
+}
+
+void Controller::Intake(std::deque<TensorEntry>& incoming) {
+  for (TensorEntry& entry : incoming) {
+    entry.request.rank = control_->rank();
+    const std::string& name = entry.request.name;
+    if (pending_.count(name)) {
+      entry.done(Status::InvalidArgument(
+                     "A collective named '" + name + "' is already in flight on rank " +
+                         std::to_string(control_->rank()) +
+                         ". Concurrent collectives need distinct names: pass a unique name= "
+                         "or wait for the first one to finish."),
+                 CollectiveResult());
+      continue;
+    }
+    if (entry.request.op_type == OpType::kJoin) join_pending_ = true;
+    pending_.emplace(name, std::move(entry));
+  }
+}
+
+Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requested,
+                            CycleResult* out) {
+  Intake(incoming);
+  const int32_t slots = cache_.num_slots();
+  const size_t width = (slots + 63) / 64;
+
+  // Step 2: bits for cached entries, full requests for the rest.
+  std::vector<uint64_t> words(2 * width + 1, 0);
+  std::vector<Request> uncached;
+  for (auto& [name, entry] : pending_) {
+    if (announced_.count(name)) continue;
+    int32_t slot = entry.request.Cacheable() ? cache_.Find(name) : -1;
+    if (slot >= 0 && cache_.Matches(slot, entry.request)) {
+      SetBit(words, 0, slot);
+      SetBit(words, width, slot);
+    } else {
+      uncached.push_back(entry.request);
+      announced_[name] = true;
+    }
+  }
+  if (join_pending_)
+    for (int32_t s = 0; s < slots; ++s) SetBit(words, 0, s);
+  uint64_t flags = (uncached.empty() ? 0 : kHasUncached) | (shutdown_requested ? kShutdown : 0) |
+                   (coordinator_wants_broadcast_ ? kCoordinatorBroadcast : 0);
+  for (size_t i = width; i < 2 * width; ++i) words[i] = ~words[i];
+  words[2 * width] = ~flags;
+
+  // Step 3: one allreduce.
+  KERASHVD_RETURN_IF_ERROR(control_->AllreduceBitwiseAnd(words.data(), static_cast<int>(words.size())));
+  std::vector<uint64_t> ready(words.begin(), words.begin() + width);
+  std::vector<uint64_t> any(width);
+  for (size_t i = 0; i < width; ++i) any[i] = ~words[width + i];
+  flags = ~words[2 * width];
+  const auto now = Clock::now();
+  if (flags & kShutdown) {
+    out->shutdown = true;
+    return Status::Ok();
+  }
+  if (coordinator_) coordinator_->ObserveCachedBits(ready, any, now);
+
+  // Step 4: full negotiation when asked for.
+  ResponseList list;
+  if (flags & (kHasUncached | kCoordinatorBroadcast)) {
+    std::vector<std::string> gathered;
+    KERASHVD_RETURN_IF_ERROR(control_->GatherToRoot(SerializeRequests(uncached), &gathered));
+    std::string bytes;
+    if (coordinator_) {
+      for (const std::string& from_rank : gathered) {
+        std::vector<Request> requests;
+        KERASHVD_RETURN_IF_ERROR(ParseRequests(from_rank, &requests));
+        for (const Request& r : requests) coordinator_->Ingest(r, now);
+      }
+      bytes = SerializeResponses(coordinator_->Decide(now));
+    }
+    KERASHVD_RETURN_IF_ERROR(control_->BroadcastFromRoot(&bytes));
+    KERASHVD_RETURN_IF_ERROR(ParseResponses(bytes, &list));
+  }
+  if (coordinator_) coordinator_wants_broadcast_ = coordinator_->CheckStalls(now, 0);
+  if (!list.fatal_error.empty()) {
+    out->fatal_error = list.fatal_error;
+    return Status::Ok();
+  }
+
+  // Step 5: the work list, identical on every rank.
+  std::vector<Response> work = std::move(list.responses);
+  for (int32_t s = 0; s < slots; ++s) {
+    bool set_everywhere = (ready[s / 64] >> (s % 64)) & 1;
+    bool set_somewhere = (any[s / 64] >> (s % 64)) & 1;
+    if (!set_everywhere || !set_somewhere) continue;
+    Response r;
+    r.request = cache_.Get(s);
+    r.any_joined = false;
+    work.push_back(std::move(r));
+  }
+  for (int32_t s : list.evict_slots) cache_.Evict(s);
+  for (const Response& r : work)
+    if (r.kind == Response::Kind::kExecute && r.cache_slot >= 0) cache_.Insert(r.cache_slot, r.request);
+
+  for (Response& r : work) {
+    WorkItem item;
+    const std::string& name = r.request.name;
+    if (r.kind == Response::Kind::kJoinDone) {
+      join_pending_ = false;
+      auto it = pending_.find(r.request.name);
+      // The join entry's name is chosen by the caller; find it by type.
+      for (it = pending_.begin(); it != pending_.end(); ++it)
+        if (it->second.request.op_type == OpType::kJoin) break;
+      if (it != pending_.end()) {
+        item.entry = std::move(it->second);
+        announced_.erase(it->first);
+        pending_.erase(it);
+      }
+    } else {
+      auto it = pending_.find(name);
+      if (it != pending_.end()) {
+        item.entry = std::move(it->second);
+        pending_.erase(it);
+        announced_.erase(name);
+      }
+    }
+    item.response = std::move(r);
+    out->work.push_back(std::move(item));
+  }
+  return Status::Ok();
+}
+
+std::vector<TensorEntry> Controller::TakePending() {
+  std::vector<TensorEntry> out;
+  for (auto& [name, entry] : pending_) out.push_back(std::move(entry));
+  pending_.clear();
+  announced_.clear();
+  return out;
+}
+
+}  // namespace kerashvd

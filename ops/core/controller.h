@@ -1,0 +1,78 @@
+// Controller: the negotiation protocol, run once per cycle by every rank's background thread.
+//
+// Goal: every rank ends the cycle with the same ordered list of collectives to run now, so
+// that they enter the same backend calls in the same order, and ranks that disagree about a
+// tensor get an error instead of a hang.
+//
+// One cycle, on every rank:
+//   1. Take newly submitted entries into `pending_` (a name already pending on this rank fails
+//      at once: concurrent collectives need distinct names).
+//   2. For each pending entry not yet announced: if the response cache holds its name with the
+//      same signature, set its slot's bit; otherwise queue its Request for full negotiation
+//      and mark it announced. A rank inside join() sets every slot's bit.
+//   3. One bitwise-AND allreduce of [bits | ~bits | ~flags]: yields, identically everywhere,
+//      the slots set on every rank (AND), the slots set on any rank (OR, by De Morgan), and
+//      the OR of the flags (someone has uncached requests / wants shutdown / rank 0 has
+//      evictions or a stall error to broadcast).
+//   4. Only if a flag asks for it: gather the queued Requests to rank 0, whose Coordinator
+//      decides, and broadcast its ResponseList. In steady state (every name cached) step 3 is
+//      the whole negotiation: one small allreduce per cycle.
+//   5. The cycle's work is the broadcast responses in the coordinator's order, then every slot
+//      that is ready (set on all ranks, and really submitted somewhere) in slot order. The
+//      signatures of ready slots are read before the list's evictions and insertions are
+//      applied, in that order, so every copy of the cache stays identical.
+//
+// Invariants: every rank runs the same number of cycles (each has a collective), applies the
+// same lists in the same order, and so holds the same cache and produces the same work list.
+// A rank that has joined owns no entry for some work items and contributes zeros / no rows.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "control_plane.h"
+#include "coordinator.h"
+#include "response_cache.h"
+#include "tensor_entry.h"
+
+namespace kerashvd {
+
+struct WorkItem {
+  Response response;
+  std::optional<TensorEntry> entry;  // empty when this rank has joined and owns no entry
+};
+
+struct CycleResult {
+  std::vector<WorkItem> work;
+  bool shutdown = false;     // some rank asked to shut down
+  std::string fatal_error;   // the engine must stop on every rank with this message
+};
+
+class Controller {
+ public:
+  Controller(ControlPlane* control, const Config& config);
+  Status RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requested, CycleResult* out);
+  // Entries still waiting on this rank, handed over so they can be failed at shutdown.
+  std::vector<TensorEntry> TakePending();
+  bool joined() const { return join_pending_; }
+  const ResponseCache& cache() const { return cache_; }
+
+ private:
+  void Intake(std::deque<TensorEntry>& incoming);
+
+  ControlPlane* control_;
+  Config config_;
+  ResponseCache cache_;
+  std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
+  std::map<std::string, TensorEntry> pending_;
+  std::map<std::string, bool> announced_;
+  bool join_pending_ = false;
+  bool coordinator_wants_broadcast_ = false;
+};
+
+}  // namespace kerashvd

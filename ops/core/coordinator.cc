@@ -1,0 +1,218 @@
+#include "coordinator.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "logging.h"
+
+namespace kerashvd {
+namespace {
+
+bool TestBit(const std::vector<uint64_t>& bits, int32_t slot) {
+  return (bits[slot / 64] >> (slot % 64)) & 1;
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
+  out << "]";
+  return out.str();
+}
+
+// A cached slot set by some ranks but not all for this long is sent back to full negotiation.
+constexpr double kPartialEvictSeconds = 1.0;
+
+}  // namespace
+
+Coordinator::Coordinator(int size, const Config& config, const ResponseCache* cache)
+    : size_(size), config_(config), cache_(cache), joined_(size, false) {}
+
+void Coordinator::ObserveCachedBits(const std::vector<uint64_t>& ready,
+                                    const std::vector<uint64_t>& any, Clock::time_point now) {
+  ++cycle_;
+  for (int32_t slot = 0; slot < cache_->num_slots(); ++slot) {
+    bool is_ready = TestBit(ready, slot) && TestBit(any, slot);
+    bool is_partial = TestBit(any, slot) && !is_ready;
+    if (is_ready) last_used_[slot] = cycle_;
+    if (!is_partial) {
+      partial_since_.erase(slot);
+      continue;
+    }
+    auto it = partial_since_.emplace(slot, now).first;
+    if (Seconds(now - it->second) > std::min(kPartialEvictSeconds, config_.stall_check_seconds) &&
+        std::find(evictions_.begin(), evictions_.end(), slot) == evictions_.end()) {
+      evictions_.push_back(slot);
+      partial_since_.erase(it);
+    }
+  }
+}
+
+void Coordinator::Ingest(const Request& request, Clock::time_point now) {
+  if (request.op_type == OpType::kJoin) {
+    joined_[request.rank] = true;
+    last_joined_ = request.rank;  // ranks arrive in rank order within a cycle
+    return;
+  }
+  // A rank sending a cached name in full means its signature changed or its slot is stale:
+  // evict it so every rank sends that name in full and the ranks can be compared.
+  int32_t slot = cache_->Find(request.name);
+  if (slot >= 0 && std::find(evictions_.begin(), evictions_.end(), slot) == evictions_.end())
+    evictions_.push_back(slot);
+  auto inserted = table_.emplace(request.name, Pending());
+  Pending& pending = inserted.first->second;
+  if (inserted.second) {
+    pending.by_rank.resize(size_);
+    pending.submitted.assign(size_, false);
+    pending.first_seen = now;
+    arrival_order_.push_back(request.name);
+  }
+  pending.by_rank[request.rank] = request;
+  pending.submitted[request.rank] = true;
+}
+
+Response Coordinator::DecideOne(const std::string& name, const Pending& pending) {
+  Response response;
+  int first = -1;
+  for (int r = 0; r < size_; ++r)
+    if (pending.submitted[r]) {
+      first = r;
+      break;
+    }
+  response.request = pending.by_rank[first];
+  for (int r = 0; r < size_; ++r)
+    if (joined_[r] && !pending.submitted[r]) response.any_joined = true;
+
+  for (int r = first + 1; r < size_; ++r) {
+    if (!pending.submitted[r]) continue;
+    std::string field = SignatureDifference(pending.by_rank[first], pending.by_rank[r]);
+    if (field.empty()) continue;
+    std::ostringstream msg;
+    msg << "Mismatched " << OpTypeName(response.request.op_type) << " for tensor '" << name
+        << "': ranks disagree on " << field << ":";
+    for (int q = 0; q < size_; ++q)
+      if (pending.submitted[q])
+        msg << " rank " << q << " " << DescribeField(pending.by_rank[q], field) << ";";
+    msg << " Every rank must submit the same " << field
+        << " for a tensor name. Check that each rank builds the same model and calls the same "
+           "collectives in the same order with matching arguments.";
+    response.kind = Response::Kind::kError;
+    response.error = msg.str();
+    return response;
+  }
+  response.kind = Response::Kind::kExecute;
+  return response;
+}
+
+int32_t Coordinator::AllocateSlot(ResponseList* list) {
+  if (cache_->capacity() <= 0) return -1;
+  auto taken = [&](int32_t s) {
+    bool evicted = std::find(list->evict_slots.begin(), list->evict_slots.end(), s) !=
+                   list->evict_slots.end();
+    bool assigned = std::find(assigned_this_list_.begin(), assigned_this_list_.end(), s) !=
+                    assigned_this_list_.end();
+    return assigned || (cache_->Occupied(s) && !evicted);
+  };
+  for (int32_t s = 0; s < cache_->capacity(); ++s) {
+    if (!taken(s)) {
+      assigned_this_list_.push_back(s);
+      return s;
+    }
+  }
+  // Full: reuse the least recently used slot not handed out in this list.
+  int32_t victim = -1;
+  uint64_t oldest = UINT64_MAX;
+  for (int32_t s = 0; s < cache_->num_slots(); ++s) {
+    if (std::find(assigned_this_list_.begin(), assigned_this_list_.end(), s) !=
+        assigned_this_list_.end())
+      continue;
+    uint64_t used = last_used_.count(s) ? last_used_[s] : 0;
+    if (used < oldest) {
+      oldest = used;
+      victim = s;
+    }
+  }
+  if (victim < 0) return -1;
+  list->evict_slots.push_back(victim);
+  assigned_this_list_.push_back(victim);
+  return victim;
+}
+
+ResponseList Coordinator::Decide(Clock::time_point now) {
+  ResponseList list;
+  list.evict_slots.swap(evictions_);
+  assigned_this_list_.clear();
+  for (int32_t s : list.evict_slots) {
+    partial_since_.erase(s);
+    last_used_.erase(s);
+  }
+
+  std::vector<std::string> still_waiting;
+  for (const std::string& name : arrival_order_) {
+    const Pending& pending = table_.at(name);
+    bool ready = true;
+    for (int r = 0; r < size_; ++r) ready = ready && (pending.submitted[r] || joined_[r]);
+    if (!ready) {
+      still_waiting.push_back(name);
+      continue;
+    }
+    Response response = DecideOne(name, pending);
+    if (response.kind == Response::Kind::kExecute && response.request.Cacheable()) {
+      response.cache_slot = AllocateSlot(&list);
+      if (response.cache_slot >= 0) last_used_[response.cache_slot] = cycle_;
+    }
+    list.responses.push_back(std::move(response));
+    table_.erase(name);
+  }
+  arrival_order_.swap(still_waiting);
+
+  if (std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) {
+    Response done;
+    done.kind = Response::Kind::kJoinDone;
+    done.request.name = "join";
+    done.request.op_type = OpType::kJoin;
+    done.last_joined_rank = last_joined_;
+    list.responses.push_back(done);
+    joined_.assign(size_, false);
+  }
+  list.fatal_error = fatal_error_;
+  (void)now;
+  return list;
+}
+
+std::string Coordinator::StallReport(const std::string& name, const Pending& pending,
+                                     double seconds) const {
+  std::vector<int> have, missing;
+  for (int r = 0; r < size_; ++r) {
+    if (pending.submitted[r]) have.push_back(r);
+    else if (!joined_[r]) missing.push_back(r);
+  }
+  std::ostringstream msg;
+  msg << "Stalled " << OpTypeName(pending.by_rank[have[0]].op_type) << " '" << name << "' for "
+      << static_cast<int>(seconds) << " s: submitted by ranks " << RankList(have)
+      << ", still missing on ranks " << RankList(missing)
+      << ". The missing ranks have not reached this collective: they may have skipped a step, "
+         "taken a different branch, or named the tensor differently.";
+  return msg.str();
+}
+
+bool Coordinator::CheckStalls(Clock::time_point now, int rank) {
+  for (const std::string& name : arrival_order_) {
+    Pending& pending = table_.at(name);
+    double age = Seconds(now - pending.first_seen);
+    if (config_.stall_shutdown_seconds > 0 && age > config_.stall_shutdown_seconds &&
+        fatal_error_.empty()) {
+      fatal_error_ = StallReport(name, pending, age) +
+                     " kerashvd stopped because KERASHVD_STALL_SHUTDOWN_TIME was exceeded.";
+    }
+    if (config_.stall_check_seconds > 0 && age > config_.stall_check_seconds && !pending.warned) {
+      pending.warned = true;
+      LogWarning(rank, StallReport(name, pending, age));
+    }
+  }
+  return !evictions_.empty() || !fatal_error_.empty();
+}
+
+}  // namespace kerashvd

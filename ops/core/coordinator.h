@@ -1,0 +1,65 @@
+// Coordinator: rank 0's half of the negotiation (the protocol is described in controller.h).
+//
+// It keeps every request that went through full negotiation in a table until all ranks have
+// submitted it (or joined), then checks that the ranks agree and issues one Response for it:
+// execute (with a cache slot for its signature) or an error that names the tensor, the field
+// and each rank's value. It also decides cache evictions, reports stalls, and completes join().
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "message.h"
+#include "response_cache.h"
+
+namespace kerashvd {
+
+using Clock = std::chrono::steady_clock;
+
+class Coordinator {
+ public:
+  Coordinator(int size, const Config& config, const ResponseCache* cache);
+
+  // Each cycle, before the responses are decided: which cached slots were set by every rank
+  // (ready) and by at least one rank (any). Slots set by some ranks only for too long are
+  // evicted, so their tensors come through full negotiation, where missing ranks are named.
+  void ObserveCachedBits(const std::vector<uint64_t>& ready, const std::vector<uint64_t>& any,
+                         Clock::time_point now);
+  // A request that rank `request.rank` sent through full negotiation.
+  void Ingest(const Request& request, Clock::time_point now);
+  // Responses for everything now submitted by all ranks, plus cache evictions and errors.
+  ResponseList Decide(Clock::time_point now);
+  // Reports stalled tensors; returns true when rank 0 needs a full negotiation next cycle to
+  // broadcast evictions or a stall error even though no rank sent a new request.
+  bool CheckStalls(Clock::time_point now, int rank);
+
+ private:
+  struct Pending {
+    std::vector<Request> by_rank;     // valid where submitted[r]
+    std::vector<bool> submitted;
+    Clock::time_point first_seen;
+    bool warned = false;
+  };
+  Response DecideOne(const std::string& name, const Pending& pending);
+  int32_t AllocateSlot(ResponseList* list);
+  std::string StallReport(const std::string& name, const Pending& pending, double seconds) const;
+
+  int size_;
+  Config config_;
+  const ResponseCache* cache_;
+  std::map<std::string, Pending> table_;
+  std::vector<std::string> arrival_order_;  // deterministic response order
+  std::vector<bool> joined_;
+  int32_t last_joined_ = -1;
+  std::vector<int32_t> evictions_;           // decided, not yet broadcast
+  std::vector<int32_t> assigned_this_list_;  // slots handed out in the list being built
+  std::map<int32_t, Clock::time_point> partial_since_;
+  std::map<int32_t, uint64_t> last_used_;    // slot -> cycle, for least-recently-used eviction
+  uint64_t cycle_ = 0;
+  std::string fatal_error_;
+};
+
+}  // namespace kerashvd

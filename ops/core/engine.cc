@@ -1,0 +1,73 @@
+#include "engine.h"
+
+#include "backend/mpi/mpi_backend.h"
+#include "backend/mpi/mpi_control_plane.h"
+#include "fusion.h"
+
+namespace kerashvd {
+
+Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
+  std::unique_ptr<Engine> engine(new Engine(config));
+  KERASHVD_RETURN_IF_ERROR(MpiContext::Create(&engine->mpi_));
+  engine->control_ = std::make_unique<MpiControlPlane>(engine->mpi_.get(), config.peer_timeout_seconds);
+  engine->cpu_backend_ = std::make_unique<MpiBackend>(engine->mpi_.get());
+  engine->controller_ = std::make_unique<Controller>(engine->control_.get(), config);
+  engine->executor_ = std::make_unique<Executor>(engine->cpu_backend_.get(), engine->mpi_->rank(),
+                                                 engine->mpi_->size());
+  engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
+  *out = std::move(engine);
+  return Status::Ok();
+}
+
+Engine::~Engine() { Shutdown(); }
+
+Status Engine::Submit(TensorEntry entry) {
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    if (stopped_) return stop_reason_;
+  }
+  if (entry.request.device >= 0)
+    return Status::Unimplemented(
+        "this kerashvd build has no GPU backend (built without NCCL); place the tensor on the "
+        "CPU or rebuild with -DKERASHVD_WITH_NCCL=ON");
+  queue_.Submit(std::move(entry));
+  return Status::Ok();
+}
+
+void Engine::Shutdown() {
+  shutdown_requested_ = true;
+  queue_.Wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::Loop() {
+  const auto idle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
+  while (true) {
+    queue_.WaitForWork(idle);
+    CycleResult cycle;
+    Status status = controller_->RunCycle(queue_.TakeAll(), shutdown_requested_, &cycle);
+    if (!status.ok()) return Stop(status);
+    if (cycle.shutdown)
+      return Stop(Status::Aborted("kerashvd was shut down (a rank called kerashvd.shutdown() or "
+                                  "exited) while this collective was pending."));
+    if (!cycle.fatal_error.empty()) return Stop(Status::Aborted(cycle.fatal_error));
+
+    for (std::vector<size_t>& indices : PlanFusion(cycle.work, config_.fusion_threshold_bytes)) {
+      std::vector<WorkItem*> group;
+      for (size_t i : indices) group.push_back(&cycle.work[i]);
+      executor_->Run(group);
+    }
+  }
+}
+
+void Engine::Stop(const Status& reason) {
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    stopped_ = true;
+    stop_reason_ = reason;
+  }
+  for (TensorEntry& entry : controller_->TakePending()) entry.done(reason, CollectiveResult());
+  for (TensorEntry& entry : queue_.TakeAll()) entry.done(reason, CollectiveResult());
+}
+
+}  // namespace kerashvd

@@ -1,0 +1,60 @@
+// Engine: one per process. Owns MPI, the backends, the queue, the controller and the
+// background thread that runs every collective (DESIGN.md section 2).
+//
+// The loop: sleep until something is submitted (or one cycle time passes, so that idle ranks
+// keep meeting and stalls can be detected), run one negotiation cycle, plan fusion over the
+// cycle's work, execute each group, repeat. Entries submitted while a cycle runs are picked
+// up by the next one, which is how tensors arriving together get fused.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "backend/backend.h"
+#include "backend/mpi/mpi_context.h"
+#include "config.h"
+#include "control_plane.h"
+#include "controller.h"
+#include "executor.h"
+#include "tensor_queue.h"
+
+namespace kerashvd {
+
+class Engine {
+ public:
+  static Status Create(const Config& config, std::unique_ptr<Engine>* out);
+  ~Engine();
+
+  // Hands a collective to the background thread. On error (engine stopped) `entry.done` is
+  // not called; the caller reports the returned Status itself.
+  Status Submit(TensorEntry entry);
+  // Stops the background thread on every rank: the first rank to call it stops all ranks'
+  // engines at the next cycle; anything still pending fails with Aborted.
+  void Shutdown();
+
+  const Config& config() const { return config_; }
+  const MpiContext& mpi() const { return *mpi_; }
+
+ private:
+  explicit Engine(const Config& config) : config_(config) {}
+  void Loop();
+  void Stop(const Status& reason);
+
+  Config config_;
+  std::unique_ptr<MpiContext> mpi_;
+  std::unique_ptr<ControlPlane> control_;
+  std::unique_ptr<Backend> cpu_backend_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<Executor> executor_;
+  TensorQueue queue_;
+  std::thread thread_;
+  std::atomic<bool> shutdown_requested_{false};
+  std::mutex state_mutex_;
+  bool stopped_ = false;
+  Status stop_reason_;
+};
+
+}  // namespace kerashvd

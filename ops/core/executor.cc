@@ -1,0 +1,221 @@
+#include "executor.h"
+
+#include <cstring>
+
+#include "buffer_ops.h"
+
+namespace kerashvd {
+namespace {
+
+Shape WithFirstDim(Shape shape, int64_t first) {
+  if (shape.empty()) shape.push_back(first);
+  else shape[0] = first;
+  return shape;
+}
+
+// Rows of a reducescatter result on `rank`: the first rows % size ranks get one extra.
+int64_t ScatterRows(int64_t rows, int rank, int size) {
+  return rows / size + (rank < rows % size ? 1 : 0);
+}
+
+}  // namespace
+
+double Executor::PostscaleOf(const Request& r) const {
+  return r.postscale * (r.reduce_op == ReduceOp::kAverage ? 1.0 / size_ : 1.0);
+}
+
+Status Executor::Output(WorkItem& item, size_t i, const Shape& shape, void** data) {
+  int64_t bytes = NumElements(shape) * DataTypeSize(item.response.request.dtype);
+  if (!item.entry) {
+    if (static_cast<int64_t>(scratch_.size()) < bytes) scratch_.resize(bytes);
+    *data = scratch_.data();
+    return Status::Ok();
+  }
+  TensorEntry& e = *item.entry;
+  if (i < e.outputs.size() && e.outputs[i] != nullptr) {
+    *data = e.outputs[i];
+    return Status::Ok();
+  }
+  if (!e.allocate) return Status::Internal("no output buffer and no allocator");
+  return e.allocate(i, shape, data);
+}
+
+void Executor::Run(std::vector<WorkItem*>& group) {
+  WorkItem& first = *group.front();
+  const Response& response = first.response;
+  CollectiveResult result;
+  Status status;
+  if (response.kind == Response::Kind::kError) {
+    status = Status::Mismatch(response.error);
+  } else if (response.kind == Response::Kind::kJoinDone) {
+    result.last_joined_rank = response.last_joined_rank;
+  } else {
+    switch (response.request.op_type) {
+      case OpType::kAllreduce: status = Allreduce(group); break;
+      case OpType::kAllgather: status = Allgather(first); break;
+      case OpType::kBroadcast: status = Broadcast(first); break;
+      case OpType::kAlltoall: status = Alltoall(first, &result); break;
+      case OpType::kReducescatter: status = Reducescatter(first); break;
+      case OpType::kBarrier:
+      case OpType::kJoin: break;  // negotiation itself synchronized the ranks
+    }
+  }
+  for (WorkItem* item : group)
+    if (item->entry && item->entry->done) item->entry->done(status, result);
+}
+
+Status Executor::Allreduce(std::vector<WorkItem*>& group) {
+  const Request& sig = group.front()->response.request;
+  const ReduceOptions options{sig.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : sig.reduce_op};
+
+  // Fast path: one tensor in its own dtype, reduced from its input into its output.
+  if (group.size() == 1 && sig.shapes.size() == 1 && !IsHalf(sig.dtype) && group[0]->entry) {
+    WorkItem& item = *group[0];
+    int64_t count = NumElements(sig.shapes[0]);
+    void* out;
+    KERASHVD_RETURN_IF_ERROR(Output(item, 0, sig.shapes[0], &out));
+    const void* in = item.entry->inputs[0];
+    if (sig.prescale != 1.0) {
+      ScaleCopy(in, out, count, sig.dtype, sig.prescale);
+      in = out;
+    }
+    KERASHVD_RETURN_IF_ERROR(backend_->Allreduce(in, out, count, sig.dtype, options));
+    double post = PostscaleOf(sig);
+    if (post != 1.0) ScaleCopy(out, out, count, sig.dtype, post);
+    return Status::Ok();
+  }
+
+  const DataType wire = IsHalf(sig.dtype) ? DataType::kFloat32 : sig.dtype;
+  const int64_t wire_size = DataTypeSize(wire);
+  int64_t total = 0;
+  for (WorkItem* item : group) total += FusedBytes(item->response.request);
+  char* buffer = static_cast<char*>(fusion_.Reserve(total));
+
+  int64_t offset = 0;
+  for (WorkItem* item : group) {
+    const Request& r = item->response.request;
+    for (size_t i = 0; i < r.shapes.size(); ++i) {
+      int64_t n = NumElements(r.shapes[i]);
+      char* dst = buffer + offset;
+      if (!item->entry) std::memset(dst, 0, n * wire_size);
+      else if (IsHalf(r.dtype))
+        HalfToFloat(item->entry->inputs[i], reinterpret_cast<float*>(dst), n, r.dtype, r.prescale);
+      else ScaleCopy(item->entry->inputs[i], dst, n, r.dtype, r.prescale);
+      offset += n * wire_size;
+    }
+  }
+  KERASHVD_RETURN_IF_ERROR(backend_->Allreduce(buffer, buffer, total / wire_size, wire, options));
+  offset = 0;
+  for (WorkItem* item : group) {
+    const Request& r = item->response.request;
+    const double post = PostscaleOf(r);
+    for (size_t i = 0; i < r.shapes.size(); ++i) {
+      int64_t n = NumElements(r.shapes[i]);
+      const char* src = buffer + offset;
+      offset += n * wire_size;
+      if (!item->entry) continue;
+      void* out;
+      KERASHVD_RETURN_IF_ERROR(Output(*item, i, r.shapes[i], &out));
+      if (IsHalf(r.dtype))
+        FloatToHalf(reinterpret_cast<const float*>(src), out, n, r.dtype, post);
+      else ScaleCopy(src, out, n, r.dtype, post);
+    }
+  }
+  return Status::Ok();
+}
+
+Status Executor::Allgather(WorkItem& item) {
+  const Request& sig = item.response.request;
+  const size_t k = sig.shapes.size();
+  std::vector<int64_t> mine(k, 0), all(k * size_);
+  if (item.entry)
+    for (size_t i = 0; i < k; ++i) mine[i] = item.entry->request.shapes[i][0];
+  KERASHVD_RETURN_IF_ERROR(backend_->AllgatherInt64(mine.data(), k, all.data()));
+  for (size_t i = 0; i < k; ++i) {
+    const int64_t row_bytes = RowElements(sig.shapes[i]) * DataTypeSize(sig.dtype);
+    std::vector<int64_t> recv_bytes(size_);
+    int64_t rows = 0;
+    for (int r = 0; r < size_; ++r) {
+      recv_bytes[r] = all[r * k + i] * row_bytes;
+      rows += all[r * k + i];
+    }
+    void* out;
+    KERASHVD_RETURN_IF_ERROR(Output(item, i, WithFirstDim(sig.shapes[i], rows), &out));
+    const void* in = item.entry ? item.entry->inputs[i] : nullptr;
+    KERASHVD_RETURN_IF_ERROR(backend_->Allgatherv(in, out, recv_bytes));
+  }
+  return Status::Ok();
+}
+
+Status Executor::Broadcast(WorkItem& item) {
+  const Request& sig = item.response.request;
+  for (size_t i = 0; i < sig.shapes.size(); ++i) {
+    int64_t bytes = NumElements(sig.shapes[i]) * DataTypeSize(sig.dtype);
+    void* out;
+    KERASHVD_RETURN_IF_ERROR(Output(item, i, sig.shapes[i], &out));
+    if (rank_ == sig.root_rank) {
+      if (item.entry && item.entry->inputs[i] != out) std::memcpy(out, item.entry->inputs[i], bytes);
+      if (!item.entry) std::memset(out, 0, bytes);
+    }
+    KERASHVD_RETURN_IF_ERROR(backend_->Broadcast(out, bytes, BroadcastOptions{sig.root_rank}));
+  }
+  return Status::Ok();
+}
+
+Status Executor::Alltoall(WorkItem& item, CollectiveResult* result) {
+  const Request& sig = item.response.request;
+  const int64_t row_bytes = RowElements(sig.shapes[0]) * DataTypeSize(sig.dtype);
+  std::vector<int64_t> send_rows(size_, 0), recv_rows(size_);
+  if (item.entry) send_rows = item.entry->splits;
+  KERASHVD_RETURN_IF_ERROR(backend_->AlltoallInt64(send_rows.data(), recv_rows.data()));
+  std::vector<int64_t> send_bytes(size_), recv_bytes(size_);
+  int64_t rows = 0;
+  for (int r = 0; r < size_; ++r) {
+    send_bytes[r] = send_rows[r] * row_bytes;
+    recv_bytes[r] = recv_rows[r] * row_bytes;
+    rows += recv_rows[r];
+  }
+  void* out;
+  KERASHVD_RETURN_IF_ERROR(Output(item, 0, WithFirstDim(sig.shapes[0], rows), &out));
+  const void* in = item.entry ? item.entry->inputs[0] : nullptr;
+  KERASHVD_RETURN_IF_ERROR(backend_->Alltoallv(in, send_bytes, out, recv_bytes));
+  result->received_splits = recv_rows;
+  return Status::Ok();
+}
+
+Status Executor::Reducescatter(WorkItem& item) {
+  const Request& sig = item.response.request;
+  const ReduceOptions options{sig.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : sig.reduce_op};
+  const DataType wire = IsHalf(sig.dtype) ? DataType::kFloat32 : sig.dtype;
+  const int64_t wire_size = DataTypeSize(wire);
+  const double post = PostscaleOf(sig);
+  for (size_t i = 0; i < sig.shapes.size(); ++i) {
+    const Shape& shape = sig.shapes[i];
+    const int64_t rows = shape.empty() ? 1 : shape[0];
+    const int64_t row_elems = RowElements(shape);
+    const int64_t n = NumElements(shape);
+    std::vector<int64_t> counts(size_);
+    for (int r = 0; r < size_; ++r) counts[r] = ScatterRows(rows, r, size_) * row_elems;
+    const int64_t mine = counts[rank_];
+    void* out;
+    KERASHVD_RETURN_IF_ERROR(Output(item, i, WithFirstDim(shape, ScatterRows(rows, rank_, size_)), &out));
+
+    // Stage the input in the fusion buffer unless it can be reduced straight from the input.
+    const bool direct = !IsHalf(sig.dtype) && sig.prescale == 1.0 && item.entry;
+    char* buffer = static_cast<char*>(fusion_.Reserve((n + mine) * wire_size));
+    const void* send = direct ? item.entry->inputs[i] : buffer;
+    if (!direct) {
+      if (!item.entry) std::memset(buffer, 0, n * wire_size);
+      else if (IsHalf(sig.dtype))
+        HalfToFloat(item.entry->inputs[i], reinterpret_cast<float*>(buffer), n, sig.dtype, sig.prescale);
+      else ScaleCopy(item.entry->inputs[i], buffer, n, sig.dtype, sig.prescale);
+    }
+    void* recv = IsHalf(sig.dtype) ? buffer + n * wire_size : out;
+    KERASHVD_RETURN_IF_ERROR(backend_->ReduceScatter(send, recv, counts, wire, options));
+    if (IsHalf(sig.dtype)) FloatToHalf(reinterpret_cast<const float*>(recv), out, mine, sig.dtype, post);
+    else if (post != 1.0) ScaleCopy(out, out, mine, sig.dtype, post);
+  }
+  return Status::Ok();
+}
+
+}  // namespace kerashvd

@@ -1,0 +1,41 @@
+// Executor: runs one planned group of a cycle's work on a backend and completes its entries.
+//
+// Fused allreduce, step by step: copy every input into the fusion buffer (applying prescale,
+// widening float16/bfloat16 to float32), one in-place backend allreduce, copy every result
+// out (applying postscale, and 1/size for Average). A single tensor that needs no widening
+// skips the buffer and is reduced straight from its input into its output.
+// A rank that has joined owns no entry for some items: it contributes zeros (or no rows) and
+// its results go to scratch memory.
+#pragma once
+
+#include <vector>
+
+#include "backend/backend.h"
+#include "controller.h"
+#include "fusion.h"
+
+namespace kerashvd {
+
+class Executor {
+ public:
+  Executor(Backend* backend, int rank, int size) : backend_(backend), rank_(rank), size_(size) {}
+  void Run(std::vector<WorkItem*>& group);
+
+ private:
+  Status Allreduce(std::vector<WorkItem*>& group);
+  Status Allgather(WorkItem& item);
+  Status Broadcast(WorkItem& item);
+  Status Alltoall(WorkItem& item, CollectiveResult* result);
+  Status Reducescatter(WorkItem& item);
+  // The output buffer of tensor i: preallocated, allocated now, or scratch on a joined rank.
+  Status Output(WorkItem& item, size_t i, const Shape& shape, void** data);
+  double PostscaleOf(const Request& r) const;
+
+  Backend* backend_;
+  int rank_;
+  int size_;
+  FusionBuffer fusion_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace kerashvd

@@ -1,0 +1,12 @@
+#include "logging.h"
+
+#include <cstdio>
+
+namespace kerashvd {
+
+void LogWarning(int rank, const std::string& message) {
+  std::fprintf(stderr, "[kerashvd rank %d] WARNING: %s\n", rank, message.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace kerashvd

@@ -1,0 +1,65 @@
+// Messages of the negotiation protocol (see controller.h for the protocol itself).
+//
+// A Request is what one rank asks for: "run collective <name> with this signature". A Response
+// is the coordinator's decision about one name, identical on every rank: execute it (and
+// remember its signature in cache slot k), or fail it with a message.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "status.h"
+#include "types.h"
+
+namespace kerashvd {
+
+struct Request {
+  int32_t rank = 0;  // the submitting rank
+  std::string name;  // the key every rank uses for this collective
+  OpType op_type = OpType::kAllreduce;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  DataType dtype = DataType::kFloat32;
+  int32_t root_rank = 0;  // broadcast only
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t device = -1;       // -1: host memory; otherwise a GPU ordinal
+  std::vector<Shape> shapes; // one per tensor; grouped collectives carry several
+
+  // Allgather and alltoall let the first dimension differ between ranks and calls; it is then
+  // not part of what the ranks must agree on.
+  bool FirstDimVaries() const {
+    return op_type == OpType::kAllgather || op_type == OpType::kAlltoall;
+  }
+  // Whether this request's signature may be remembered by the response cache.
+  bool Cacheable() const { return op_type != OpType::kBarrier && op_type != OpType::kJoin; }
+};
+
+// Compares what ranks must agree on. Returns "" when a and b agree, otherwise the name of the
+// first field that differs ("shape", "dtype", ...).
+std::string SignatureDifference(const Request& a, const Request& b);
+// The value of `field` (as named by SignatureDifference) in a readable form.
+std::string DescribeField(const Request& r, const std::string& field);
+
+struct Response {
+  enum class Kind : uint8_t { kExecute = 0, kError = 1, kJoinDone = 2 };
+  Kind kind = Kind::kExecute;
+  Request request;            // the agreed signature (from the lowest submitting rank)
+  std::string error;          // kError: the message every rank raises
+  int32_t cache_slot = -1;    // kExecute: remember the signature in this slot (-1: do not)
+  int32_t last_joined_rank = -1;  // kJoinDone
+  bool any_joined = false;    // kExecute: some rank has joined and contributes no data
+};
+
+struct ResponseList {
+  std::vector<int32_t> evict_slots;  // applied before the responses' cache insertions
+  std::vector<Response> responses;
+  std::string fatal_error;           // non-empty: the engine stops on every rank with this
+};
+
+std::string SerializeRequests(const std::vector<Request>& requests);
+Status ParseRequests(const std::string& bytes, std::vector<Request>* requests);
+std::string SerializeResponses(const ResponseList& list);
+Status ParseResponses(const std::string& bytes, ResponseList* list);
+
+}  // namespace kerashvd

@@ -1,0 +1,69 @@
+// kerashvd._core: the runtime API for Python (init, shutdown, topology, build flags).
+// The collectives themselves are TensorFlow ops in ops/tf; both talk to the same engine.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "../core/runtime.h"
+
+namespace py = pybind11;
+using kerashvd::Status;
+
+namespace {
+
+// The one place a C++ Status becomes a Python exception.
+void RaiseIfError(const Status& status) {
+  if (status.ok()) return;
+  switch (status.code()) {
+    case Status::Code::kInvalidArgument:
+      throw py::value_error(status.message());
+    default:
+      throw std::runtime_error(status.message());
+  }
+}
+
+std::shared_ptr<kerashvd::Engine> Engine() {
+  std::shared_ptr<kerashvd::Engine> engine;
+  RaiseIfError(kerashvd::RequireEngine(&engine));
+  return engine;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "kerashvd engine runtime (C++).";
+  py::class_<kerashvd::Config>(m, "Config")
+      .def(py::init<>())
+      .def_readwrite("fusion_threshold_bytes", &kerashvd::Config::fusion_threshold_bytes)
+      .def_readwrite("cycle_time_ms", &kerashvd::Config::cycle_time_ms)
+      .def_readwrite("cache_capacity", &kerashvd::Config::cache_capacity)
+      .def_readwrite("stall_check_seconds", &kerashvd::Config::stall_check_seconds)
+      .def_readwrite("stall_shutdown_seconds", &kerashvd::Config::stall_shutdown_seconds)
+      .def_readwrite("peer_timeout_seconds", &kerashvd::Config::peer_timeout_seconds);
+
+  m.def("init", [](const kerashvd::Config& config) {
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = kerashvd::InitRuntime(config);
+    }
+    RaiseIfError(status);
+  });
+  m.def("shutdown", [] {
+    py::gil_scoped_release release;
+    kerashvd::ShutdownRuntime();
+  });
+  m.def("is_initialized", [] { return kerashvd::CurrentEngine() != nullptr; });
+  m.def("rank", [] { return Engine()->mpi().rank(); });
+  m.def("size", [] { return Engine()->mpi().size(); });
+  m.def("local_rank", [] { return Engine()->mpi().local_rank(); });
+  m.def("local_size", [] { return Engine()->mpi().local_size(); });
+  m.def("cross_rank", [] { return Engine()->mpi().cross_rank(); });
+  m.def("cross_size", [] { return Engine()->mpi().cross_size(); });
+  m.def("mpi_threads_supported", [] { return Engine()->mpi().threads_supported(); });
+#ifdef KERASHVD_WITH_NCCL
+  m.attr("NCCL_BUILT") = true;
+#else
+  m.attr("NCCL_BUILT") = false;
+#endif
+  m.attr("MPI_BUILT") = true;
+}

@@ -1,0 +1,129 @@
+#include "adapter.h"
+
+namespace kerashvd {
+namespace tf {
+
+absl::Status ToAbsl(const Status& status) {
+  switch (status.code()) {
+    case Status::Code::kOk: return absl::OkStatus();
+    case Status::Code::kInvalidArgument: return absl::InvalidArgumentError(status.message());
+    case Status::Code::kFailedPrecondition: return absl::FailedPreconditionError(status.message());
+    case Status::Code::kMismatch: return absl::InvalidArgumentError(status.message());
+    case Status::Code::kAborted: return absl::AbortedError(status.message());
+    case Status::Code::kUnimplemented: return absl::UnimplementedError(status.message());
+    case Status::Code::kInternal: return absl::InternalError(status.message());
+  }
+  return absl::UnknownError(status.message());
+}
+
+bool FromTfDtype(tfw::DataType dtype, DataType* out) {
+  switch (dtype) {
+    case tfw::DT_UINT8: *out = DataType::kUint8; return true;
+    case tfw::DT_INT8: *out = DataType::kInt8; return true;
+    case tfw::DT_UINT16: *out = DataType::kUint16; return true;
+    case tfw::DT_INT16: *out = DataType::kInt16; return true;
+    case tfw::DT_INT32: *out = DataType::kInt32; return true;
+    case tfw::DT_INT64: *out = DataType::kInt64; return true;
+    case tfw::DT_HALF: *out = DataType::kFloat16; return true;
+    case tfw::DT_BFLOAT16: *out = DataType::kBfloat16; return true;
+    case tfw::DT_FLOAT: *out = DataType::kFloat32; return true;
+    case tfw::DT_DOUBLE: *out = DataType::kFloat64; return true;
+    case tfw::DT_BOOL: *out = DataType::kBool; return true;
+    default: return false;
+  }
+}
+
+Shape FromTfShape(const tfw::TensorShape& shape) {
+  Shape out;
+  for (int i = 0; i < shape.dims(); ++i) out.push_back(shape.dim_size(i));
+  return out;
+}
+
+tfw::TensorShape ToTfShape(const Shape& shape) {
+  tfw::TensorShape out;
+  for (int64_t d : shape) out.AddDim(d);
+  return out;
+}
+
+CollectiveKernel::CollectiveKernel(tfw::OpKernelConstruction* context, OpType op_type)
+    : AsyncOpKernel(context), op_type_(op_type) {
+  OP_REQUIRES_OK(context, context->GetAttr("tensor_name", &tensor_name_));
+  if (context->HasAttr("reduce_op")) {
+    int op;
+    OP_REQUIRES_OK(context, context->GetAttr("reduce_op", &op));
+    OP_REQUIRES(context, op >= 0 && op <= 4,
+                absl::InvalidArgumentError("reduce_op must be one of Average, Sum, Min, Max, "
+                                           "Product; received " + std::to_string(op)));
+    reduce_op_ = static_cast<ReduceOp>(op);
+  }
+  if (context->HasAttr("prescale_factor"))
+    OP_REQUIRES_OK(context, context->GetAttr("prescale_factor", &prescale_));
+  if (context->HasAttr("postscale_factor"))
+    OP_REQUIRES_OK(context, context->GetAttr("postscale_factor", &postscale_));
+  if (context->HasAttr("root_rank"))
+    OP_REQUIRES_OK(context, context->GetAttr("root_rank", &root_rank_));
+}
+
+absl::Status CollectiveKernel::PrepareOutputs(tfw::OpKernelContext* context, TensorEntry* entry) {
+  return OutputsLikeInputs(context, entry);
+}
+
+void CollectiveKernel::ComputeAsync(tfw::OpKernelContext* context, DoneCallback done) {
+  std::shared_ptr<Engine> engine;
+  OP_REQUIRES_OK_ASYNC(context, ToAbsl(RequireEngine(&engine)), done);
+
+  TensorEntry entry;
+  Request& request = entry.request;
+  request.name = tensor_name_;
+  request.op_type = op_type_;
+  request.reduce_op = reduce_op_;
+  request.prescale = prescale_;
+  request.postscale = postscale_;
+  request.root_rank = root_rank_;
+  request.device = -1;
+  const int n = NumDataInputs(context);
+  for (int i = 0; i < n; ++i) {
+    const tfw::Tensor& t = context->input(i);
+    OP_REQUIRES_ASYNC(context, FromTfDtype(t.dtype(), &request.dtype),
+                      absl::InvalidArgumentError("kerashvd does not support dtype " +
+                                                 tfw::DataTypeString(t.dtype())),
+                      done);
+    request.shapes.push_back(FromTfShape(t.shape()));
+    entry.inputs.push_back(t.tensor_data().data());
+  }
+  OP_REQUIRES_OK_ASYNC(context, Validate(context, &entry), done);
+  OP_REQUIRES_OK_ASYNC(context, PrepareOutputs(context, &entry), done);
+
+  entry.done = [this, context, done](const Status& status, const CollectiveResult& result) {
+    absl::Status s = ToAbsl(status);
+    if (s.ok()) s = Finish(context, result);
+    context->SetStatus(s);
+    done();
+  };
+  Status submitted = engine->Submit(std::move(entry));
+  OP_REQUIRES_OK_ASYNC(context, ToAbsl(submitted), done);
+}
+
+absl::Status OutputsLikeInputs(tfw::OpKernelContext* context, TensorEntry* entry) {
+  for (size_t i = 0; i < entry->inputs.size(); ++i) {
+    tfw::Tensor* out = nullptr;
+    TF_RETURN_IF_ERROR(context->forward_input_or_allocate_output(
+        {static_cast<int>(i)}, static_cast<int>(i), context->input(i).shape(), &out));
+    entry->outputs.push_back(const_cast<char*>(out->tensor_data().data()));
+  }
+  return absl::OkStatus();
+}
+
+void OutputsAllocatedLater(tfw::OpKernelContext* context, TensorEntry* entry) {
+  entry->outputs.assign(entry->inputs.size(), nullptr);
+  entry->allocate = [context](size_t i, const Shape& shape, void** data) {
+    tfw::Tensor* out = nullptr;
+    absl::Status s = context->allocate_output(static_cast<int>(i), ToTfShape(shape), &out);
+    if (!s.ok()) return Status::Internal("allocating output: " + std::string(s.message()));
+    *data = const_cast<char*>(out->tensor_data().data());
+    return Status::Ok();
+  };
+}
+
+}  // namespace tf
+}  // namespace kerashvd

@@ -1,0 +1,58 @@
+// The one border between TensorFlow and the engine: dtype conversion, Status conversion, and
+// CollectiveKernel, the AsyncOpKernel every kerashvd op derives from.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+#include "../core/runtime.h"
+
+namespace kerashvd {
+namespace tf {
+
+namespace tfw = ::tensorflow;
+
+absl::Status ToAbsl(const Status& status);
+bool FromTfDtype(tfw::DataType dtype, DataType* out);
+Shape FromTfShape(const tfw::TensorShape& shape);
+tfw::TensorShape ToTfShape(const Shape& shape);
+
+// Handles every collective's common work: reads the attrs (tensor_name, reduce_op, prescale
+// and postscale factors, root_rank where present), checks the inputs, lets the subclass
+// prepare outputs, submits the entry and finishes the op when the engine calls back.
+class CollectiveKernel : public tfw::AsyncOpKernel {
+ public:
+  CollectiveKernel(tfw::OpKernelConstruction* context, OpType op_type);
+  void ComputeAsync(tfw::OpKernelContext* context, DoneCallback done) override;
+
+ protected:
+  // Fills entry->outputs (allocating outputs whose shape is known now) and entry->allocate.
+  virtual absl::Status PrepareOutputs(tfw::OpKernelContext* context, TensorEntry* entry);
+  // Called on the engine thread after a successful collective, before the op finishes.
+  virtual absl::Status Finish(tfw::OpKernelContext* context, const CollectiveResult& result) {
+    return absl::OkStatus();
+  }
+  // Number of leading inputs that are tensors to communicate (the rest are parameters).
+  virtual int NumDataInputs(tfw::OpKernelContext* context) const { return context->num_inputs(); }
+  virtual absl::Status Validate(tfw::OpKernelContext* context, TensorEntry* entry) {
+    return absl::OkStatus();
+  }
+
+  OpType op_type_;
+  std::string tensor_name_;
+  ReduceOp reduce_op_ = ReduceOp::kSum;
+  float prescale_ = 1.0f;
+  float postscale_ = 1.0f;
+  int root_rank_ = 0;
+};
+
+// Output i has the same shape as input i; reuses the input buffer when TF allows it.
+absl::Status OutputsLikeInputs(tfw::OpKernelContext* context, TensorEntry* entry);
+// Outputs are allocated by the engine once their shape is known.
+void OutputsAllocatedLater(tfw::OpKernelContext* context, TensorEntry* entry);
+
+}  // namespace tf
+}  // namespace kerashvd

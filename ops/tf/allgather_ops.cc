@@ -1,0 +1,64 @@
+// KerashvdAllgather and KerashvdGroupedAllgather: concatenation along the first dimension,
+// which may differ between ranks.
+#include "adapter.h"
+
+namespace kerashvd {
+namespace tf {
+
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+#define KERASHVD_ALL_TYPES \
+  "T: {half, bfloat16, float, double, int8, uint8, int16, uint16, int32, int64, bool}"
+
+absl::Status UnknownFirstDim(InferenceContext* c) {
+  for (int i = 0; i < c->num_inputs(); ++i) {
+    ShapeHandle out;
+    TF_RETURN_IF_ERROR(c->ReplaceDim(c->input(i), 0, c->UnknownDim(), &out));
+    c->set_output(i, out);
+  }
+  return absl::OkStatus();
+}
+
+REGISTER_OP("KerashvdAllgather")
+    .Attr(KERASHVD_ALL_TYPES)
+    .Attr("tensor_name: string")
+    .Input("tensor: T")
+    .Output("gathered: T")
+    .SetShapeFn(UnknownFirstDim)
+    .Doc("Concatenates every rank's tensor along the first dimension, in rank order.");
+
+REGISTER_OP("KerashvdGroupedAllgather")
+    .Attr(KERASHVD_ALL_TYPES)
+    .Attr("N: int >= 1")
+    .Attr("tensor_name: string")
+    .Input("tensors: N * T")
+    .Output("gathered: N * T")
+    .SetShapeFn(UnknownFirstDim)
+    .Doc("Allgather of a list of tensors as one unit.");
+
+class AllgatherKernel : public CollectiveKernel {
+ public:
+  explicit AllgatherKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kAllgather) {}
+
+ protected:
+  absl::Status Validate(tfw::OpKernelContext* context, TensorEntry* entry) override {
+    for (const Shape& s : entry->request.shapes)
+      if (s.empty())
+        return absl::InvalidArgumentError(
+            "allgather of '" + tensor_name_ +
+            "' needs a tensor of rank >= 1 (it concatenates along the first dimension); "
+            "received a scalar. Reshape it to [1] first.");
+    return absl::OkStatus();
+  }
+  absl::Status PrepareOutputs(tfw::OpKernelContext* context, TensorEntry* entry) override {
+    OutputsAllocatedLater(context, entry);
+    return absl::OkStatus();
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("KerashvdAllgather").Device(tfw::DEVICE_CPU), AllgatherKernel);
+REGISTER_KERNEL_BUILDER(Name("KerashvdGroupedAllgather").Device(tfw::DEVICE_CPU), AllgatherKernel);
+
+}  // namespace tf
+}  // namespace kerashvd

@@ -1,0 +1,49 @@
+// KerashvdAllreduce and KerashvdGroupedAllreduce.
+#include "adapter.h"
+
+namespace kerashvd {
+namespace tf {
+
+using ::tensorflow::shape_inference::InferenceContext;
+
+#define KERASHVD_REDUCE_TYPES "T: {half, bfloat16, float, double, int8, uint8, int32, int64}"
+
+REGISTER_OP("KerashvdAllreduce")
+    .Attr(KERASHVD_REDUCE_TYPES)
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string")
+    .Input("tensor: T")
+    .Output("reduced: T")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      return absl::OkStatus();
+    })
+    .Doc("Reduces a tensor across all ranks; every rank receives the result.");
+
+REGISTER_OP("KerashvdGroupedAllreduce")
+    .Attr(KERASHVD_REDUCE_TYPES)
+    .Attr("N: int >= 1")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string")
+    .Input("tensors: N * T")
+    .Output("reduced: N * T")
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    })
+    .Doc("Reduces a list of tensors as one unit, fused into one collective.");
+
+class AllreduceKernel : public CollectiveKernel {
+ public:
+  explicit AllreduceKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kAllreduce) {}
+};
+
+REGISTER_KERNEL_BUILDER(Name("KerashvdAllreduce").Device(tfw::DEVICE_CPU), AllreduceKernel);
+REGISTER_KERNEL_BUILDER(Name("KerashvdGroupedAllreduce").Device(tfw::DEVICE_CPU), AllreduceKernel);
+
+}  // namespace tf
+}  // namespace kerashvd

@@ -1,0 +1,70 @@
+// KerashvdReducescatter and KerashvdGroupedReducescatter: reduce across ranks, then rank r
+// keeps its slice of the first dimension (the first rows % size ranks get one extra row).
+#include "adapter.h"
+
+namespace kerashvd {
+namespace tf {
+
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+absl::Status ScatteredShape(InferenceContext* c) {
+  for (int i = 0; i < c->num_inputs(); ++i) {
+    ShapeHandle out;
+    TF_RETURN_IF_ERROR(c->ReplaceDim(c->input(i), 0, c->UnknownDim(), &out));
+    c->set_output(i, out);
+  }
+  return absl::OkStatus();
+}
+
+REGISTER_OP("KerashvdReducescatter")
+    .Attr("T: {half, bfloat16, float, double, int8, uint8, int32, int64}")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string")
+    .Input("tensor: T")
+    .Output("scattered: T")
+    .SetShapeFn(ScatteredShape)
+    .Doc("Reduces across ranks and scatters slices of the first dimension.");
+
+REGISTER_OP("KerashvdGroupedReducescatter")
+    .Attr("T: {half, bfloat16, float, double, int8, uint8, int32, int64}")
+    .Attr("N: int >= 1")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string")
+    .Input("tensors: N * T")
+    .Output("scattered: N * T")
+    .SetShapeFn(ScatteredShape)
+    .Doc("Reducescatter of a list of tensors as one unit.");
+
+class ReducescatterKernel : public CollectiveKernel {
+ public:
+  explicit ReducescatterKernel(tfw::OpKernelConstruction* c)
+      : CollectiveKernel(c, OpType::kReducescatter) {}
+
+ protected:
+  absl::Status Validate(tfw::OpKernelContext* context, TensorEntry* entry) override {
+    for (const Shape& s : entry->request.shapes)
+      if (s.empty())
+        return absl::InvalidArgumentError("reducescatter of '" + tensor_name_ +
+                                          "' needs a tensor of rank >= 1; received a scalar.");
+    if (reduce_op_ != ReduceOp::kSum && reduce_op_ != ReduceOp::kAverage)
+      return absl::InvalidArgumentError("reducescatter supports op=Average or op=Sum; received " +
+                                        std::string(ReduceOpName(reduce_op_)));
+    return absl::OkStatus();
+  }
+  absl::Status PrepareOutputs(tfw::OpKernelContext* context, TensorEntry* entry) override {
+    OutputsAllocatedLater(context, entry);
+    return absl::OkStatus();
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("KerashvdReducescatter").Device(tfw::DEVICE_CPU), ReducescatterKernel);
+REGISTER_KERNEL_BUILDER(Name("KerashvdGroupedReducescatter").Device(tfw::DEVICE_CPU),
+                        ReducescatterKernel);
+
+}  // namespace tf
+}  // namespace kerashvd
