@@ -43,13 +43,16 @@ def load_tf_ops():
     """Returns the module of kerashvd's TensorFlow ops after checking the TF version."""
     import tensorflow as tf
 
+    from . import _core
+
     if tf.__version__ != _build_info.TF_VERSION:
         raise ImportError(
             f"kerashvd was compiled against TensorFlow {_build_info.TF_VERSION}, but TensorFlow "
             f"{tf.__version__} is installed; its C++ ops cannot load into a different version. "
             + _REBUILD_HINT
         )
-    path = os.path.join(os.path.dirname(__file__), "libkerashvd_tf_ops.so")
+    # Beside _core, which is also where an editable install keeps the compiled files.
+    path = os.path.join(os.path.dirname(_core.__file__), "libkerashvd_tf_ops.so")
     try:
         return tf.load_op_library(path)
     except tf.errors.NotFoundError as err:
