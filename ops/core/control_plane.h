@@ -5,7 +5,9 @@
 // outside kerashvd turns into an error here instead of a hang.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,9 +15,14 @@
 
 namespace kerashvd {
 
+// Waits up to the given time while peers are late; returns true when local work arrived,
+// so the wait should go back to polling eagerly (the peers are likely close behind).
+using Idler = std::function<bool(std::chrono::microseconds)>;
+
 class ControlPlane {
  public:
   virtual ~ControlPlane() = default;
+  void set_idler(Idler idler) { idler_ = std::move(idler); }
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // In place bitwise AND of `count` words across all ranks.
@@ -24,6 +31,9 @@ class ControlPlane {
   virtual Status GatherToRoot(const std::string& send, std::vector<std::string>* received) = 0;
   // Rank 0's `data` replaces `data` on every other rank.
   virtual Status BroadcastFromRoot(std::string* data) = 0;
+
+ protected:
+  Idler idler_;
 };
 
 }  // namespace kerashvd

@@ -11,6 +11,11 @@ Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
   KERASHVD_RETURN_IF_ERROR(MpiContext::Create(&engine->mpi_));
   engine->control_ = std::make_unique<MpiControlPlane>(engine->mpi_.get(), config.peer_timeout_seconds);
   engine->cpu_backend_ = std::make_unique<MpiBackend>(engine->mpi_.get());
+  engine->control_->set_idler([e = engine.get()](std::chrono::microseconds nap) {
+    if (!e->queue_.WaitForSubmissionAfter(e->seen_submissions_, nap)) return false;
+    e->seen_submissions_ = e->queue_.submissions();
+    return true;
+  });
   engine->controller_ = std::make_unique<Controller>(engine->control_.get(), config);
   engine->executor_ = std::make_unique<Executor>(engine->cpu_backend_.get(), engine->mpi_->rank(),
                                                  engine->mpi_->size());
@@ -44,6 +49,7 @@ void Engine::Loop() {
   const auto idle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
   while (true) {
     queue_.WaitForWork(idle);
+    seen_submissions_ = queue_.submissions();
     CycleResult cycle;
     Status status = controller_->RunCycle(queue_.TakeAll(), shutdown_requested_, &cycle);
     if (!status.ok()) return Stop(status);

@@ -50,6 +50,7 @@ class Engine {
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Executor> executor_;
   TensorQueue queue_;
+  uint64_t seen_submissions_ = 0;  // background thread only
   std::thread thread_;
   std::atomic<bool> shutdown_requested_{false};
   std::mutex state_mutex_;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 
@@ -21,12 +22,18 @@ class TensorQueue {
   // Returns when work was submitted, Wake() was called, or `timeout` passed.
   void WaitForWork(std::chrono::microseconds timeout);
   void Wake();
+  // Number of Submit() calls so far.
+  uint64_t submissions();
+  // Returns true as soon as a submission newer than `seen` arrives (or Wake() is called),
+  // false after `timeout`. Used to cut short the naps of a negotiation waiting for peers.
+  bool WaitForSubmissionAfter(uint64_t seen, std::chrono::microseconds timeout);
 
  private:
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<TensorEntry> entries_;
   bool woken_ = false;
+  uint64_t submissions_ = 0;
 };
 
 }  // namespace kerashvd

@@ -10,14 +10,16 @@ Status MpiControlPlane::Wait(MPI_Request* request, const char* what) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const auto spin = std::chrono::microseconds(200);
+  auto spin_from = start;
   auto nap = std::chrono::microseconds(10);
   while (true) {
     int flag = 0;
     int rc = MPI_Test(request, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return MpiStatus(rc, what);
     if (flag) return Status::Ok();
-    auto waited = Clock::now() - start;
-    if (waited < spin) continue;
+    const auto now = Clock::now();
+    const auto waited = now - start;
+    if (now - spin_from < spin) continue;
     if (timeout_seconds_ > 0 && waited > std::chrono::duration<double>(timeout_seconds_)) {
       std::ostringstream msg;
       msg << "kerashvd rank " << rank() << ": no answer from the other ranks for "
@@ -27,8 +29,12 @@ Status MpiControlPlane::Wait(MPI_Request* request, const char* what) {
              "KERASHVD_PEER_TIMEOUT (seconds).";
       return Status::Aborted(msg.str());
     }
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    if (idler_ ? idler_(nap) : (std::this_thread::sleep_for(nap), false)) {
+      spin_from = Clock::now();  // local work arrived: peers are probably arriving too
+      nap = std::chrono::microseconds(10);
+    } else {
+      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    }
   }
 }
 

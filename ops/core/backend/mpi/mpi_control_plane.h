@@ -2,7 +2,9 @@
 //
 // Each call starts a non-blocking collective and polls it: a short spin (both ranks are
 // usually already there), then sleeps growing from 10 us to 1 ms, so a rank waiting for a
-// slower one does not burn a core. After the peer timeout it gives up with Aborted.
+// slower one does not burn a core. The naps end early when this rank gets new work (the
+// engine's idler), because then the peers usually arrive within microseconds too. After the
+// peer timeout it gives up with Aborted.
 #pragma once
 
 #include "../../control_plane.h"

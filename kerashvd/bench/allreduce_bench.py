@@ -1,0 +1,99 @@
+"""The measurements behind ``python -m kerashvd.bench`` (see __main__ for the table's meaning)."""
+
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def _bytes(text):
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(float(text.rstrip("KMG")) * scale)
+
+
+def _time_calls(fn, seconds, sync):
+    """Seconds per call of fn(), after warm-up, over about `seconds` (all ranks agree on count)."""
+    for _ in range(3):
+        fn()
+    start = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-6)
+    iters = sync(max(5, min(20000, int(seconds / once))))
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - start) / iters
+
+
+def run(args):
+    import numpy as np
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(max(2, args.threads))
+    import kerashvd as hvd
+    from mpi4py import MPI
+
+    hvd.init()
+    comm = MPI.COMM_WORLD
+    n, rank = hvd.size(), hvd.rank()
+    sync = lambda v: comm.allreduce(v, op=MPI.MAX)  # noqa: E731
+    factor = 2.0 * (n - 1) / n if n > 1 else 1.0
+
+    def say(text=""):
+        if rank == 0:
+            print(text, flush=True)
+
+    say(f"# kerashvd allreduce benchmark: {n} ranks, float32 Sum, TF op in tf.function vs raw MPI")
+    say(f"# command: {' '.join([os.path.basename(sys.executable), '-m', 'kerashvd.bench'] + sys.argv[1:])}")
+    say(f"# {'size(B)':>10} {'count':>10} {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
+        f" {'mpi(us)':>10} {'mpi busbw':>9} {'ratio':>6}")
+
+    for nbytes in [_bytes(s) for s in args.sizes.split(",")]:
+        count = nbytes // 4
+        x = tf.constant(np.full(count, rank + 1, np.float32))
+
+        @tf.function
+        def step(t):
+            return hvd.allreduce(t, op=hvd.Sum, name=f"bench.{nbytes}")
+
+        out = step(x)
+        t_op = _time_calls(lambda: step(x).numpy() if count < 1024 else step(x), args.seconds, sync)
+        out = step(x).numpy()
+        wrong = int(np.count_nonzero(out != n * (n + 1) / 2))
+
+        a = np.full(count, rank + 1, np.float32)
+        b = np.empty_like(a)
+        t_mpi = _time_calls(lambda: comm.Allreduce(a, b), args.seconds, sync)
+        t_op, t_mpi = sync(t_op), sync(t_mpi)
+        busbw = nbytes / t_op / 1e9 * factor
+        mpi_busbw = nbytes / t_mpi / 1e9 * factor
+        say(f"  {nbytes:>10} {count:>10} {t_op * 1e6:>10.1f} {nbytes / t_op / 1e9:>7.3f} {busbw:>7.3f}"
+            f" {wrong:>6} {t_mpi * 1e6:>10.1f} {mpi_busbw:>9.3f} {busbw / mpi_busbw:>6.2f}")
+
+    # Latency of one small allreduce, end to end through a tf.function call.
+    x = tf.constant(np.ones(1024, np.float32))
+    small = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name="bench.latency"))
+    t_small = sync(_time_calls(lambda: small(x), args.seconds, sync))
+    say(f"# single 4 KiB allreduce in tf.function: {t_small * 1e3:.3f} ms per step")
+
+    # 100 tensors of 16 KiB reduced in one step: separate ops (fused by the engine) and grouped.
+    xs = [tf.constant(np.full(4096, i, np.float32)) for i in range(100)]
+
+    @tf.function
+    def many(ts):
+        return [hvd.allreduce(t, op=hvd.Sum, name=f"bench.many.{i}") for i, t in enumerate(ts)]
+
+    @tf.function
+    def grouped(ts):
+        return hvd.grouped_allreduce(ts, op=hvd.Sum, name="bench.grouped")
+
+    t_many = sync(_time_calls(lambda: many(xs), args.seconds, sync))
+    outs = many(xs)
+    wrong = sum(int(np.count_nonzero(o.numpy() != i * n)) for i, o in enumerate(outs))
+    t_grouped = sync(_time_calls(lambda: grouped(xs), args.seconds, sync))
+    say(f"# 100 x 16 KiB allreduces in one tf.function step: {t_many * 1e3:.3f} ms "
+        f"(#wrong {wrong}); as one grouped_allreduce: {t_grouped * 1e3:.3f} ms")
+    hvd.shutdown()
