@@ -1,3 +1,42 @@
-"""Keras callbacks for distributed training (shipped as ``kerashvd.callbacks``)."""
+"""Keras callbacks and helpers for data-parallel training (shipped as ``kerashvd.callbacks``).
 
-__all__ = []
+A typical callback list, in this order (Keras calls callbacks in list order, and the ones
+that average or reduce metrics must run before the ones that read them)::
+
+    callbacks = [
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0),    # same start on every rank
+        hvd.callbacks.LearningRateWarmupCallback(lr, warmup_epochs=3),
+        hvd.callbacks.DistributedValidationCallback(),        # exact val_* over shards
+        hvd.callbacks.MetricAverageCallback(),                # same logs on every rank
+        keras.callbacks.EarlyStopping(patience=3),
+        hvd.callbacks.ModelCheckpoint("ckpt/model.keras"),    # rank 0 writes, atomically
+    ]
+    model.fit(..., callbacks=callbacks, verbose=hvd.callbacks.verbose(1))
+
+Progress output: pass ``verbose=hvd.callbacks.verbose(1)`` to ``fit``/``evaluate`` so only
+rank 0 prints; the callbacks here that print do so on rank 0 only.
+"""
+
+from .broadcast_global_variables import BroadcastGlobalVariablesCallback, broadcast_model_state
+from .checkpoint_io import Checkpoint, atomic_save, latest_checkpoint
+from .distributed_validation import DistributedValidationCallback, reduce_metric_states
+from .learning_rate_schedule import LearningRateScheduleCallback
+from .learning_rate_warmup import LearningRateWarmupCallback
+from .metric_average import MetricAverageCallback
+from .model_checkpoint import ModelCheckpoint
+from .progress import verbose
+
+__all__ = [
+    "BroadcastGlobalVariablesCallback",
+    "Checkpoint",
+    "DistributedValidationCallback",
+    "LearningRateScheduleCallback",
+    "LearningRateWarmupCallback",
+    "MetricAverageCallback",
+    "ModelCheckpoint",
+    "atomic_save",
+    "broadcast_model_state",
+    "latest_checkpoint",
+    "reduce_metric_states",
+    "verbose",
+]

@@ -43,6 +43,8 @@ from .collectives import (  # noqa: E402
 from . import gradients as _gradients  # noqa: E402,F401  (registers the ops' gradients)
 from .functions import allgather_object, broadcast_object, broadcast_variables  # noqa: E402
 from .launcher.run_fn import run  # noqa: E402
+from . import data  # noqa: E402
+from . import callbacks  # noqa: E402  (the top-level callbacks/ directory; imports keras)
 
 __version__ = "0.1.0"
 
@@ -63,8 +65,10 @@ __all__ = [
     "broadcast_object",
     "broadcast_variables",
     "build_info",
+    "callbacks",
     "cross_rank",
     "cross_size",
+    "data",
     "grouped_allgather",
     "grouped_allreduce",
     "grouped_broadcast",

@@ -1,0 +1,71 @@
+"""Start every rank from the same model and optimizer state."""
+
+import keras
+
+import kerashvd as hvd
+
+__all__ = ["BroadcastGlobalVariablesCallback", "broadcast_model_state"]
+
+
+class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+    """Broadcasts the model's and optimizer's variables from ``root_rank`` when training begins.
+
+    Ranks usually initialize weights from different random seeds, and only one rank may have
+    restored a checkpoint; after this callback every rank holds ``root_rank``'s weights
+    (trainable and not), optimizer slots (e.g. Adam's moments), iteration count and learning
+    rate before the first step. Keras builds the optimizer before ``on_train_begin``; an
+    optimizer that is still unbuilt (e.g. when the callback is driven by hand) is built on the
+    model's trainable variables first, so every rank broadcasts the same list.
+
+    The broadcast runs at the start of every ``fit`` the callback is passed to. Every rank
+    must pass it (collectives are matched by name), and the ranks' models must have the same
+    architecture and optimizer (same variables, in the same order).
+
+    Args:
+        root_rank: the rank whose state wins (default 0, the rank that restores checkpoints).
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> hvd.init()
+    >>> model.fit(x, y, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)],
+    ...           verbose=hvd.callbacks.verbose(1))  # doctest: +SKIP
+    """
+
+    def __init__(self, root_rank=0):
+        super().__init__()
+        if isinstance(root_rank, bool) or not isinstance(root_rank, int) or root_rank < 0:
+            raise ValueError(f"root_rank must be a non-negative int; received root_rank={root_rank!r}")
+        self.root_rank = root_rank
+
+    def on_train_begin(self, logs=None):
+        broadcast_model_state(self.model, root_rank=self.root_rank,
+                              name="callbacks.broadcast_global_variables")
+
+
+def broadcast_model_state(model, root_rank=0, name="callbacks.broadcast_model_state"):
+    """Assigns ``root_rank``'s model and optimizer variables on every rank.
+
+    The function behind :class:`BroadcastGlobalVariablesCallback`, for custom training loops.
+    Builds an unbuilt optimizer on ``model.trainable_variables`` first. Every rank must call
+    it, with the same ``name``.
+
+    Args:
+        model: a built Keras model (its ``optimizer``, if any, is included).
+        root_rank: the rank whose values win.
+        name: the prefix of the collectives' names.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> model.compile(optimizer="adam", loss="mse")
+    >>> hvd.callbacks.broadcast_model_state(model, root_rank=0)
+    """
+    optimizer = getattr(model, "optimizer", None)
+    variables = list(model.variables)
+    if optimizer is not None:
+        if not optimizer.built:
+            optimizer.build(model.trainable_variables)
+        variables += list(optimizer.variables)
+    hvd.broadcast_variables(variables, root_rank=root_rank, name=name)

@@ -1,0 +1,128 @@
+"""Rank-0, crash-safe, resumable model checkpoints."""
+
+import math
+import os
+import warnings
+
+import keras
+
+import kerashvd as hvd
+
+from .checkpoint_io import atomic_save, write_record
+
+__all__ = ["ModelCheckpoint"]
+
+_MAX_HINTS = ("acc", "auc", "precision", "recall", "fmeasure", "f1", "iou", "r2")
+_MIN_HINTS = ("loss", "error", "mse", "mae", "mape", "msle", "crossentropy", "hinge")
+
+
+class ModelCheckpoint(keras.callbacks.Callback):
+    """Saves the model at the end of epochs, on rank 0 only, atomically, with a resume record.
+
+    A drop-in for ``keras.callbacks.ModelCheckpoint`` (epoch frequency) in data-parallel
+    jobs: every rank holds the same model, so only rank 0 writes; other ranks do nothing (no
+    collectives, no waiting). Each file is written to a temporary file in the same directory,
+    fsynced and renamed over the final name (:func:`atomic_save`), so a crash never leaves a
+    half-written checkpoint under the final name. After each save, the record
+    ``kerashvd_checkpoint.json`` in the file's directory names the file and the epochs
+    completed; :func:`latest_checkpoint` reads it to resume::
+
+        ckpt = hvd.callbacks.latest_checkpoint(ckpt_dir)      # same answer on every rank
+        if ckpt:
+            model = keras.models.load_model(ckpt.path)        # weights + optimizer state
+        model.fit(..., initial_epoch=ckpt.epoch if ckpt else 0, callbacks=[
+            hvd.callbacks.BroadcastGlobalVariablesCallback(0),  # rank 0's state everywhere
+            hvd.callbacks.ModelCheckpoint(path, initial_value_threshold=ckpt and ckpt.best)])
+
+    Loading on rank 0 only also works (the other ranks build and compile the same model in
+    code; the broadcast callback then copies rank 0's weights, iterations and optimizer slots).
+    A full-model ``.keras`` file holds the optimizer state; a ``.weights.h5`` file does not.
+
+    With ``save_best_only``, the monitored value must be the same on every rank for rank 0's
+    choice to mean anything: put :class:`MetricAverageCallback` (and, for ``val_*``,
+    :class:`DistributedValidationCallback`) before this callback. Use one ``ModelCheckpoint``
+    per directory (the record is per directory).
+
+    Args:
+        filepath: where to save; may contain ``{epoch}`` (1-based, as in Keras) and log keys,
+            e.g. ``"ckpt/model-{epoch:03d}.keras"``. Must end in ``.keras``, or
+            ``.weights.h5`` with ``save_weights_only=True``.
+        monitor: the log key compared for ``save_best_only``.
+        mode: ``"min"``, ``"max"`` or ``"auto"`` (inferred from ``monitor``'s name).
+        save_best_only: save only when ``monitor`` improves.
+        save_weights_only: save weights (``model.save_weights``) instead of the whole model.
+        initial_value_threshold: the best value so far (e.g. ``Checkpoint.best`` on resume);
+            a model must beat it to be saved with ``save_best_only``.
+        verbose: when > 0, rank 0 prints a line per save.
+
+    Raises:
+        ValueError: for a bad ``filepath`` suffix or ``mode``, or a ``monitor`` whose direction
+            ``mode="auto"`` cannot infer.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> model.fit(x, y, validation_data=(x_val, y_val), epochs=5, callbacks=[
+    ...     hvd.callbacks.MetricAverageCallback(),
+    ...     hvd.callbacks.ModelCheckpoint("ckpt/best.keras", save_best_only=True),
+    ... ])  # doctest: +SKIP
+    """
+
+    def __init__(self, filepath, monitor="val_loss", mode="auto", save_best_only=False,
+                 save_weights_only=False, initial_value_threshold=None, verbose=0):
+        super().__init__()
+        filepath = os.fspath(filepath)
+        suffix = ".weights.h5" if save_weights_only else ".keras"
+        if not filepath.endswith(suffix):
+            raise ValueError(f"filepath must end in {suffix!r} with save_weights_only="
+                             f"{save_weights_only}; received filepath={filepath!r}")
+        if mode not in ("auto", "min", "max"):
+            raise ValueError(f"mode must be 'auto', 'min' or 'max'; received mode={mode!r}")
+        if mode == "auto" and save_best_only:
+            mode = _infer_mode(monitor)
+        self.filepath = filepath
+        self.monitor = monitor
+        self.mode = mode
+        self.save_best_only = bool(save_best_only)
+        self.save_weights_only = bool(save_weights_only)
+        self.best = None if initial_value_threshold is None else float(initial_value_threshold)
+        self.verbose = verbose
+
+    def on_epoch_end(self, epoch, logs=None):
+        if hvd.rank() != 0:
+            return
+        logs = dict(logs or {})
+        current = logs.get(self.monitor)
+        if self.save_best_only:
+            if current is None:
+                warnings.warn(f"ModelCheckpoint: can save best model only with {self.monitor} "
+                              f"available; skipping. Logged keys: {sorted(logs)}", stacklevel=2)
+                return
+            current = float(current)
+            if not self._improves(current):
+                return
+            self.best = current
+        path = self.filepath.format(epoch=epoch + 1, **logs)
+        writer = self.model.save_weights if self.save_weights_only else self.model.save
+        atomic_save(path, writer)
+        write_record(os.path.dirname(os.path.abspath(path)), path, epoch + 1,
+                     monitor=self.monitor if self.save_best_only else None, best=self.best)
+        if self.verbose:
+            print(f"\nEpoch {epoch + 1}: saved model to {path}")
+
+    def _improves(self, value):
+        if math.isnan(value):
+            return False
+        if self.best is None:
+            return True
+        return value < self.best if self.mode == "min" else value > self.best
+
+
+def _infer_mode(monitor):
+    name = monitor.removeprefix("val_").lower()
+    if any(hint in name for hint in _MIN_HINTS):
+        return "min"
+    if any(hint in name for hint in _MAX_HINTS):
+        return "max"
+    raise ValueError(f"ModelCheckpoint cannot infer whether monitor={monitor!r} should be "
+                     "minimized or maximized; pass mode='min' or mode='max'.")

@@ -1,0 +1,172 @@
+"""Rank-0 atomic checkpoints, and resuming from them with the same optimizer state."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+
+def _model(seed):
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="relu"),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    return model
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    return (rng.normal(size=(8, 3)).astype(np.float32), rng.normal(size=(8, 1)).astype(np.float32))
+
+
+def _state(model):
+    return [np.array(keras.ops.convert_to_numpy(v))
+            for v in list(model.variables) + list(model.optimizer.variables)]
+
+
+def _shared_dir(hvd, tmp_path):
+    """One directory for every rank of this test (rank 0's tmp_path; one host)."""
+    return hvd.broadcast_object(str(tmp_path), root_rank=0)
+
+
+def test_atomic_save_keeps_the_old_file_when_the_writer_crashes(tmp_path):
+    import kerashvd.callbacks as callbacks
+
+    final = tmp_path / "model.keras"
+    final.write_bytes(b"old checkpoint")
+    seen = []
+
+    def crashing_writer(path):
+        seen.append(path)
+        assert os.path.dirname(path) == str(tmp_path) and path != str(final)
+        assert path.endswith("model.keras") and os.path.basename(path).startswith(".tmp-")
+        with open(path, "wb") as f:
+            f.write(b"half of a new ch")
+        assert final.read_bytes() == b"old checkpoint"  # never under the final name
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        callbacks.atomic_save(str(final), crashing_writer)
+    assert final.read_bytes() == b"old checkpoint"
+    assert sorted(os.listdir(tmp_path)) == ["model.keras"]  # no temporary file left behind
+
+    callbacks.atomic_save(str(final), lambda path: open(path, "wb").write(b"new checkpoint"))
+    assert final.read_bytes() == b"new checkpoint"
+    assert sorted(os.listdir(tmp_path)) == ["model.keras"]
+    with pytest.raises(FileNotFoundError, match="did not create"):
+        callbacks.atomic_save(str(final), lambda path: None)
+
+
+def test_only_rank_zero_writes_and_never_under_the_final_name(hvd, tmp_path):
+    directory = _shared_dir(hvd, tmp_path)
+    model = _model(seed=1)
+    saved_to = []
+    real_save = model.save
+
+    def spy_save(path, *args, **kwargs):
+        saved_to.append(path)
+        assert not os.path.exists(path)
+        real_save(path, *args, **kwargs)
+
+    model.save = spy_save
+    x, y = _data()
+    model.fit(x, y, batch_size=4, epochs=2, verbose=0, callbacks=[
+        hvd.callbacks.ModelCheckpoint(os.path.join(directory, "model-{epoch:02d}.keras"))])
+    hvd.barrier()
+
+    calls = hvd.allgather_object(len(saved_to))
+    assert calls == [2] + [0] * (hvd.size() - 1)
+    for path in saved_to:
+        assert os.path.dirname(path) == directory
+        assert os.path.basename(path).startswith(".tmp-")
+    assert sorted(os.listdir(directory)) == [
+        "kerashvd_checkpoint.json", "model-01.keras", "model-02.keras"]
+    ckpt = hvd.callbacks.latest_checkpoint(directory)
+    assert ckpt.epoch == 2 and ckpt.path == os.path.join(directory, "model-02.keras")
+    assert hvd.allgather_object(tuple(ckpt)) == [tuple(ckpt)] * hvd.size()
+    hvd.barrier()  # nobody leaves (and deletes tmp_path) while others still read
+
+
+def test_checkpoint_survives_a_crash_during_save(hvd, tmp_path):
+    model = _model(seed=2)
+    model.optimizer.build(model.trainable_variables)
+    path = str(tmp_path / "ckpt.keras")
+    callback = hvd.callbacks.ModelCheckpoint(path)
+    callback.set_model(model)
+    callback.on_epoch_end(0, {"loss": 1.0})
+    if hvd.rank() != 0:
+        assert not os.path.exists(path)  # other ranks never write
+        return
+    before = open(path, "rb").read()
+
+    def crash_midway(tmp, *args, **kwargs):
+        with open(tmp, "wb") as f:
+            f.write(before[: len(before) // 2])
+        raise RuntimeError("killed while saving")
+
+    model.save = crash_midway
+    with pytest.raises(RuntimeError, match="killed while saving"):
+        callback.on_epoch_end(1, {"loss": 0.5})
+    assert open(path, "rb").read() == before
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.keras", "kerashvd_checkpoint.json"]
+    assert hvd.callbacks.latest_checkpoint(str(tmp_path), broadcast=False).epoch == 1
+    keras.models.load_model(path)  # still a valid checkpoint
+
+
+def test_save_best_only_and_argument_checks(hvd, tmp_path):
+    model = _model(seed=3)
+    path = str(tmp_path / "best.keras")
+    callback = hvd.callbacks.ModelCheckpoint(path, save_best_only=True)
+    callback.set_model(model)
+    expected_epoch = {0: 1, 1: 1, 2: 3, 3: 3}
+    for epoch, val_loss in enumerate([1.0, 2.0, 0.5, float("nan")]):
+        callback.on_epoch_end(epoch, {"val_loss": val_loss})
+        if hvd.rank() == 0:
+            record = json.load(open(tmp_path / "kerashvd_checkpoint.json"))
+            assert record["epoch"] == expected_epoch[epoch]
+    if hvd.rank() == 0:
+        ckpt = hvd.callbacks.latest_checkpoint(str(tmp_path), broadcast=False)
+        assert (ckpt.epoch, ckpt.monitor, ckpt.best) == (3, "val_loss", 0.5)
+    with pytest.raises(ValueError, match="cannot infer"):
+        hvd.callbacks.ModelCheckpoint(path, monitor="val_thing", save_best_only=True)
+    assert hvd.callbacks.ModelCheckpoint(path, monitor="val_auc", save_best_only=True).mode == "max"
+    with pytest.raises(ValueError, match=r"\.weights\.h5"):
+        hvd.callbacks.ModelCheckpoint(path, save_weights_only=True)
+    assert hvd.callbacks.latest_checkpoint(str(tmp_path / "missing"), broadcast=False) is None
+
+
+class _StateAtStart(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        self.state = _state(self.model)
+
+
+def test_resume_restores_epoch_and_optimizer_state_on_every_rank(hvd, tmp_path):
+    directory = _shared_dir(hvd, tmp_path)
+    path = os.path.join(directory, "ckpt.keras")
+    x, y = _data()
+    model = _model(seed=4)
+    model.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False, callbacks=[
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.ModelCheckpoint(path)])
+    saved = hvd.broadcast_object(_state(model), root_rank=0)
+    hvd.barrier()  # rank 0's checkpoint is complete
+
+    # A new run: rank 0 restores the checkpoint; the others build a fresh, different model.
+    ckpt = hvd.callbacks.latest_checkpoint(directory)
+    assert ckpt.epoch == 2
+    if hvd.rank() == 0:
+        resumed = keras.models.load_model(ckpt.path)
+    else:
+        resumed = _model(seed=100 + hvd.rank())
+    start = _StateAtStart()
+    history = resumed.fit(x, y, batch_size=4, epochs=3, initial_epoch=ckpt.epoch, verbose=0,
+                          shuffle=False, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                                                    start])
+    assert history.epoch == [2]
+    assert len(start.state) == len(saved)
+    for got, want in zip(start.state, saved):
+        np.testing.assert_array_equal(got, want)
+    iterations = resumed.optimizer.iterations.numpy()
+    assert iterations == 3 * 2  # 2 epochs restored + 1 epoch, 2 steps each
+    hvd.barrier()
