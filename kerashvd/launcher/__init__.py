@@ -1,1 +1,18 @@
-"""Starting kerashvd jobs: the ``kerashvdrun`` command and :func:`kerashvd.run`."""
+"""Starting kerashvd jobs: the ``kerashvdrun`` command and :func:`kerashvd.run`.
+
+Modules, one concept each (none imports TensorFlow):
+
+- ``cli``: the ``kerashvdrun`` command line.
+- ``run_fn``: :func:`run`, a Python function on N processes (notebooks).
+- ``command``: the ``mpiexec`` command line; ``mpiexec``: finding hydra's ``mpiexec``.
+- ``hosts``: ``-H`` host lists; ``engine_flags``: flags that become ``KERASHVD_*`` variables.
+- ``job``: running one job to its end and stopping it; ``reports``: the ranks' failure
+  reports; ``exit_status``: exit codes in words.
+- ``_supervisor.py`` and ``_worker.py``: scripts each rank runs (standard library only, and
+  cloudpickle for the worker).
+"""
+
+from .errors import LaunchError, RankError
+from .run_fn import run
+
+__all__ = ["LaunchError", "RankError", "run"]

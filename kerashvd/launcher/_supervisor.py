@@ -1,0 +1,180 @@
+"""Per-rank supervisor: runs one rank's command and makes a failure stop the whole job.
+
+Run by mpiexec on every rank, by path and with the standard library only (no TensorFlow, not
+even the kerashvd package)::
+
+    python -I _supervisor.py [--report HOST:PORT --token T] [--prefix-output] -- command...
+
+Why it exists: hydra stops the other ranks when one is killed by a signal or exits without
+MPI_Finalize, but not when one exits with a non-zero code after a clean finalize (a Python
+exception in a kerashvd script does exactly that, through its atexit shutdown), nor when the
+process never used MPI. Measured with mpich 5.0.2: the other ranks ran on for their full 30 s.
+
+Protocol, per rank:
+1. Start the command as a child that inherits every file descriptor (hydra's PMI_FD among
+   them) and dies with the supervisor (PR_SET_PDEATHSIG), so that hydra's SIGKILL of the
+   supervisor never leaves the child behind. SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 received
+   by the supervisor (hydra forwards the launcher's signals) are passed on to the child; once
+   the child has ended they are ignored, because a supervisor killed by a late SIGTERM while
+   exiting makes hydra SIGKILL the other ranks and print its "BAD TERMINATION" banner.
+2. With --prefix-output, copy the child's stdout and stderr line by line with "[rank] ".
+3. When the child ends with a non-zero status and the supervisor was not told to stop, send
+   one line "TOKEN RANK RETURNCODE" to the launcher's report address; the launcher stops the
+   job on the first report and returns that rank's code. If there is no launcher to tell,
+   the supervisor ends itself with SIGKILL, which makes hydra stop the other ranks.
+4. Exit with the child's code (128 + N for a child killed by signal N).
+"""
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_PR_SET_PDEATHSIG = 1
+_USAGE = ("usage: python -I _supervisor.py [--report HOST:PORT --token TOKEN] "
+          "[--prefix-output] -- command [args...]")
+
+
+def _parse(argv):
+    if "--" not in argv:
+        raise SystemExit(f"kerashvd supervisor: expected '--' before the command. {_USAGE}")
+    split = argv.index("--")
+    options, command = argv[:split], argv[split + 1:]
+    parsed = {"report": None, "token": "", "prefix_output": False}
+    i = 0
+    while i < len(options):
+        name = options[i]
+        if name in ("--report", "--token") and i + 1 < len(options):
+            parsed[name[2:]] = options[i + 1]
+            i += 2
+        elif name == "--prefix-output":
+            parsed["prefix_output"] = True
+            i += 1
+        else:
+            raise SystemExit(f"kerashvd supervisor: unknown option {name!r}. {_USAGE}")
+    if not command:
+        raise SystemExit(f"kerashvd supervisor: no command after '--'. {_USAGE}")
+    return parsed, command
+
+
+def _die_with_parent():
+    """Returns a preexec_fn that makes the child get SIGKILL when this process dies."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec():
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the supervisor died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+    return preexec
+
+
+def _write_all(fd, data):
+    while data:
+        try:
+            written = os.write(fd, data)
+        except OSError:
+            return  # our stdout is gone; keep draining the child anyway
+        data = data[written:]
+
+
+def _copy_prefixed(source, fd, prefix):
+    """Copies lines from the pipe ``source`` to ``fd``, each starting with ``prefix``."""
+    pending = b""
+    while True:
+        chunk = os.read(source.fileno(), 65536)
+        if not chunk:
+            break
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        if len(pending) > 65536:  # a very long line without newline: pass it on now
+            lines.append(pending)
+            pending = b""
+        if lines:
+            _write_all(fd, b"".join(prefix + line + b"\n" for line in lines))
+    if pending:
+        _write_all(fd, prefix + pending + b"\n")
+    source.close()
+
+
+def _report(options, rank, returncode):
+    """Tells the launcher that this rank failed; returns an error text, or None on success."""
+    if not options["report"]:
+        return "no launcher address was given (--report)"
+    host, _, port = options["report"].rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(f"{options['token']} {rank} {returncode}\n".encode())
+            conn.recv(16)  # the launcher answers (or closes) once it has the report
+    except (OSError, ValueError) as err:
+        return f"could not reach the launcher at {options['report']}: {err}"
+    return None
+
+
+def main(argv):
+    options, command = _parse(argv)
+    rank = os.environ.get("PMI_RANK", "?")
+    state = {"child": None, "pending": [], "stopped": False}
+
+    def forward(signum, frame):
+        state["stopped"] = True
+        if state["child"] is None:
+            state["pending"].append(signum)
+        else:
+            state["child"].send_signal(signum)
+
+    for signum in _FORWARDED:
+        signal.signal(signum, forward)
+
+    pipe = subprocess.PIPE if options["prefix_output"] else None
+    copiers = []
+    try:
+        child = subprocess.Popen(command, close_fds=False, preexec_fn=_die_with_parent(),
+                                 stdout=pipe, stderr=pipe)
+    except OSError as err:
+        sys.stderr.write(f"kerashvd: rank {rank}: cannot run {command[0]!r}: {err}\n")
+        returncode = 126 if isinstance(err, PermissionError) else 127
+    else:
+        state["child"] = child
+        for signum in state["pending"]:
+            child.send_signal(signum)
+        if options["prefix_output"]:
+            prefix = f"[{rank}] ".encode()
+            for source, fd in ((child.stdout, 1), (child.stderr, 2)):
+                copier = threading.Thread(target=_copy_prefixed, args=(source, fd, prefix),
+                                          daemon=True)
+                copier.start()
+                copiers.append(copier)
+        returncode = child.wait()
+    # Ignore further signals: Python's shutdown resets handled signals to SIG_DFL, and a rank
+    # that dies of hydra's forwarded SIGTERM while exiting makes hydra SIGKILL the others and
+    # print its "BAD TERMINATION" banner.
+    for signum in _FORWARDED:
+        signal.signal(signum, signal.SIG_IGN)
+    for copier in copiers:
+        copier.join()
+
+    if returncode != 0 and not state["stopped"]:
+        problem = _report(options, rank, returncode)
+        if problem is not None:
+            status = (f"exited with code {returncode}" if returncode >= 0
+                      else f"was killed by signal {-returncode}")
+            sys.stderr.write(
+                f"kerashvd: rank {rank} {status}; {problem}. Ending this rank with SIGKILL so "
+                "that mpiexec stops the other ranks.\n")
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    return 128 - returncode if returncode < 0 else returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,178 @@
+"""``kerashvdrun``: starts a command on N processes through MPICH hydra's ``mpiexec``.
+
+Example::
+
+    kerashvdrun -np 4 python train.py --epochs 3
+    kerashvdrun -np 8 -H node1:4,node2:4 --fusion-threshold-mb 32 -x NCCL_DEBUG=INFO python train.py
+"""
+
+import argparse
+import os
+import queue
+import re
+import shlex
+import sys
+
+from . import command as _command
+from .engine_flags import add_engine_flags, engine_environment
+from .errors import LaunchError
+from .hosts import check_slots, is_local, parse_hosts
+from .job import run_job
+from .mpiexec import find_mpiexec
+from .reports import ReportServer
+
+_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_DESCRIPTION = """\
+Run COMMAND on NP processes with kerashvd (through the mpiexec of the `mpich` package).
+
+Each rank runs under a small supervisor: when any rank exits with a non-zero code or is killed,
+kerashvdrun stops all the others and exits with that first failed rank's code (128 + N for a
+rank killed by signal N). Ctrl-C or SIGTERM stops every rank (send it twice to force).
+Under SLURM (SLURM_JOB_ID set, no -H), the job uses the allocation via hydra's SLURM support.
+"""
+
+_EPILOG = """\
+examples:
+  kerashvdrun -np 2 python train.py
+  kerashvdrun -np 8 -H node1:4,node2:4 python train.py     (same paths on every host)
+  kerashvdrun -np 4 --fusion-threshold-mb 32 --cycle-time-ms 2 -x OMP_NUM_THREADS=1 python train.py
+"""
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, received {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, received {text!r}")
+    return value
+
+
+def build_parser():
+    """Returns the ``argparse`` parser of ``kerashvdrun`` (its ``--help`` lists every flag)."""
+    parser = argparse.ArgumentParser(
+        prog="kerashvdrun", description=_DESCRIPTION, epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "-np", "--num-proc", dest="np", type=_positive_int, metavar="NP",
+        help="number of processes (ranks) to start; under SLURM defaults to SLURM_NTASKS")
+    parser.add_argument(
+        "-H", "--hosts", metavar="HOST:SLOTS[,HOST:SLOTS...]",
+        help="hosts to run on and how many processes each may run (':SLOTS' defaults to 1), "
+             "e.g. node1:4,node2:4; passed to hydra as -hosts. Default: this machine, or the "
+             "SLURM allocation")
+    parser.add_argument(
+        "-x", dest="variables", action="append", default=[], metavar="NAME[=VALUE]",
+        help="set environment variable NAME in every rank, to VALUE or to its value in "
+             "kerashvdrun's environment (repeat for more). Ranks already get kerashvdrun's "
+             "environment (hydra's default); -x sets or overrides a variable explicitly")
+    parser.add_argument(
+        "--prefix-output", action="store_true",
+        help="start every output line of a rank with '[RANK] '")
+    parser.add_argument(
+        "--verbose", action="store_true", help="print the mpiexec command before running it")
+    parser.add_argument(
+        "--dry-run", action="store_true",
+        help="print the mpiexec command and exit without running it")
+    add_engine_flags(parser.add_argument_group(
+        "engine settings (become KERASHVD_* variables in every rank, read by kerashvd.init())"))
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS ...]",
+        help="the program every rank runs, e.g. python train.py")
+    return parser
+
+
+def _variables(parser, items):
+    env = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not _VARIABLE.match(name):
+            parser.error(f"-x expects NAME or NAME=VALUE with NAME made of letters, digits and "
+                         f"'_' (not starting with a digit); received -x {item!r}.")
+        if not sep:
+            if name not in os.environ:
+                parser.error(f"-x {name}: {name} is not set in kerashvdrun's environment; set "
+                             f"it, or give its value with -x {name}=VALUE.")
+            value = os.environ[name]
+        env[name] = value
+    return env
+
+
+def _plan(parser, args):
+    """Returns (np, hosts, slurm) after checking them against each other."""
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given: say what every rank runs, e.g. "
+                     "kerashvdrun -np 2 python train.py")
+    args.command = command
+    slurm = bool(os.environ.get("SLURM_JOB_ID")) and not args.hosts
+    np = args.np
+    if np is None and slurm:
+        ntasks = os.environ.get("SLURM_NTASKS") or os.environ.get("SLURM_NPROCS")
+        if ntasks and ntasks.isdigit() and int(ntasks) >= 1:
+            np = int(ntasks)
+    if np is None:
+        parser.error("-np is required: give the number of processes, e.g. -np 2")
+    hosts = None
+    if args.hosts is not None:
+        try:
+            hosts = parse_hosts(args.hosts)
+            check_slots(hosts, np)
+        except ValueError as err:
+            parser.error(str(err))
+    return np, hosts, slurm
+
+
+def main(argv=None):
+    """Runs ``kerashvdrun`` with ``argv`` (default: ``sys.argv[1:]``) and returns its exit code.
+
+    Args:
+        argv: command-line arguments, without the program name.
+
+    Returns:
+        0 when every rank succeeded; the first failed rank's exit code (128 + N for a rank
+        killed by signal N); 128 + N when kerashvdrun itself got signal N; 2 for bad arguments
+        or when mpiexec cannot be found.
+
+    Example:
+
+    >>> main(["-np", "2", "python", "-c", "print('hello')"])
+    hello
+    hello
+    0
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    np, hosts, slurm = _plan(parser, args)
+    env = engine_environment(args)
+    env.update(_variables(parser, args.variables))
+    try:
+        mpiexec = find_mpiexec()
+    except LaunchError as err:
+        print(f"kerashvdrun: error: {err}", file=sys.stderr)
+        return 2
+
+    local = not slurm and all(is_local(h.name) for h in hosts or [])
+    events = queue.Queue()
+    with ReportServer(events, local=local) as server:
+        argv = _command.mpiexec_command(
+            mpiexec, np, args.command, env=env, hosts=hosts, slurm=slurm,
+            report_address=server.address, token=server.token,
+            prefix_output=args.prefix_output)
+        if args.verbose or args.dry_run:
+            print(f"kerashvdrun: {shlex.join(argv)}", file=sys.stderr, flush=True)
+        if args.dry_run:
+            return 0
+        try:
+            outcome = run_job(argv, events, log=lambda message: print(
+                f"kerashvdrun: {message}", file=sys.stderr, flush=True))
+        except OSError as err:
+            print(f"kerashvdrun: error: could not start {mpiexec}: {err}", file=sys.stderr)
+            return 2
+    return outcome.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The ``-H host1:n1,host2:n2`` host list: parsing, slot counting, and "is it all this machine"."""
+
+import dataclasses
+import re
+import socket
+
+# A host name or IPv4/IPv6-free address as hydra accepts it in -hosts.
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """One entry of a host list: a name and how many processes (slots) it may run."""
+
+    name: str
+    slots: int
+
+    def __str__(self):
+        return f"{self.name}:{self.slots}"
+
+
+def parse_hosts(text):
+    """Parses ``"host1:n1,host2:n2"`` (``:n`` optional, default 1) into a list of :class:`Host`.
+
+    Args:
+        text: the value of ``-H/--hosts``.
+
+    Returns:
+        A non-empty list of :class:`Host`, in the order given.
+
+    Raises:
+        ValueError: for an empty list, an empty or malformed name, a slot count that is not a
+            positive integer, or a host named twice; the message shows the bad entry.
+
+    Example:
+
+    >>> parse_hosts("node1:4,node2")
+    [Host(name='node1', slots=4), Host(name='node2', slots=1)]
+    """
+    example = "Expected a comma-separated list like 'node1:4,node2:4' (':slots' defaults to 1)"
+    entries = [e.strip() for e in (text or "").split(",")]
+    if not text or not text.strip() or any(not e for e in entries):
+        raise ValueError(f"{example}; received an empty entry in -H {text!r}.")
+    hosts, seen = [], set()
+    for entry in entries:
+        name, sep, slots_text = entry.partition(":")
+        if not _NAME.match(name):
+            raise ValueError(f"{example}; received the host name {name!r} in -H {text!r}.")
+        if sep:
+            if not slots_text.isdigit() or int(slots_text) < 1:
+                raise ValueError(
+                    f"{example}; the slot count after ':' must be a positive integer, "
+                    f"received {entry!r} in -H {text!r}.")
+            slots = int(slots_text)
+        else:
+            slots = 1
+        if name in seen:
+            raise ValueError(
+                f"Host {name!r} appears twice in -H {text!r}; give it once with the sum of its "
+                "slots (e.g. 'node1:8').")
+        seen.add(name)
+        hosts.append(Host(name, slots))
+    return hosts
+
+
+def check_slots(hosts, np):
+    """Raises ``ValueError`` unless ``hosts`` have at least ``np`` slots in total.
+
+    Example:
+
+    >>> check_slots(parse_hosts("a:2,b:2"), 4)
+    """
+    total = sum(h.slots for h in hosts)
+    if total < np:
+        listed = ",".join(str(h) for h in hosts)
+        raise ValueError(
+            f"-np {np} needs {np} slots, but -H {listed} provides only {total}. "
+            "Add hosts or slots to -H, or lower -np.")
+
+
+def is_local(name):
+    """Returns whether ``name`` is this machine (``localhost``, its host name or FQDN)."""
+    return name in _LOCAL_NAMES or name in {socket.gethostname(), socket.getfqdn()}

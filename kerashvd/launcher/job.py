@@ -1,0 +1,211 @@
+"""Runs one ``mpiexec`` job to its end: output, failure reports, signals, and stopping it.
+
+The loop, in the launcher's calling thread, every 0.1 s at most:
+1. print the lines read from mpiexec's pipe (when output is captured, as in a notebook);
+2. on the first :class:`~kerashvd.launcher.reports.FailureReport`, remember it and start
+   stopping the job; later reports are consequences and are ignored;
+3. on SIGINT/SIGTERM to the launcher, start stopping the job (a second one skips ahead);
+4. end when mpiexec has exited and its output is drained.
+
+Stopping escalates, each step only if mpiexec is still running when the previous one's grace
+time is over: SIGTERM to mpiexec (hydra forwards it to every rank's supervisor, which passes
+it on), then SIGINT twice (hydra's "force abort": it SIGKILLs the ranks), then SIGKILL of
+mpiexec itself (its proxies then kill the ranks; supervisors' children die with them).
+mpiexec runs in its own session so that a terminal's Ctrl-C reaches only the launcher, which
+stops the job in this order instead of leaving hydra and the ranks to race.
+"""
+
+import dataclasses
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+
+from .reports import FailureReport
+
+_STEPS = (
+    ((signal.SIGTERM,), 5.0),
+    ((signal.SIGINT, signal.SIGINT), 3.0),
+    ((signal.SIGKILL,), None),
+)
+_TICK = 0.1
+_DRAIN_AFTER_EXIT = 2.0  # orphaned grandchildren could hold the pipe open forever
+
+
+@dataclasses.dataclass
+class JobOutcome:
+    """How a job ended.
+
+    Attributes:
+        returncode: mpiexec's own return code.
+        failure: the first rank that reported a failure, or ``None``.
+        interrupted: the signal (SIGINT/SIGTERM) that made the launcher stop the job, or None.
+    """
+
+    returncode: int
+    failure: FailureReport | None = None
+    interrupted: int | None = None
+
+    @property
+    def exit_code(self):
+        """The launcher's exit code: 128 + signal when interrupted, else the first failed
+        rank's code, else mpiexec's."""
+        if self.interrupted is not None:
+            return 128 + self.interrupted
+        if self.failure is not None:
+            return self.failure.exit_code
+        return self.returncode
+
+
+class _Line(str):
+    """One line of captured output (an event on the queue)."""
+
+
+_EOF = object()
+
+
+class _SignalCatcher:
+    """Records SIGINT/SIGTERM while installed (only possible in the main thread)."""
+
+    def __init__(self):
+        self.received = None
+        self.force = False
+        self._previous = {}
+
+    def _handle(self, signum, frame):
+        if self.received is None:
+            self.received = signum
+        else:
+            self.force = True
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+class _Stopper:
+    """Steps through :data:`_STEPS` until mpiexec is gone."""
+
+    def __init__(self, proc, log):
+        self._proc = proc
+        self._log = log
+        self._step = -1
+        self._deadline = None
+
+    @property
+    def started(self):
+        return self._step >= 0
+
+    def start(self):
+        if not self.started:
+            self._advance()
+
+    def poll(self, force=False):
+        if not self.started or self._proc.poll() is not None or self._step + 1 >= len(_STEPS):
+            return
+        if force or time.monotonic() >= self._deadline:
+            self._log(f"ranks still running after {signal.Signals(_STEPS[self._step][0][0]).name}"
+                      "; forcing them to stop.")
+            self._advance()
+
+    def _advance(self):
+        self._step += 1
+        signals, grace = _STEPS[self._step]
+        for i, signum in enumerate(signals):
+            if i:
+                time.sleep(0.2)  # hydra counts two separate Ctrl-Cs
+            try:
+                self._proc.send_signal(signum)
+            except ProcessLookupError:
+                return
+        self._deadline = None if grace is None else time.monotonic() + grace
+
+
+def _read_lines(stream, events):
+    for raw in iter(stream.readline, b""):
+        events.put(_Line(raw.decode("utf-8", "replace").rstrip("\r\n")))
+    events.put(_EOF)
+
+
+def _environment():
+    # A launcher started inside another MPI job must not hand its PMI_* to the new mpiexec.
+    return {k: v for k, v in os.environ.items() if not k.startswith("PMI_")}
+
+
+def run_job(argv, events, *, capture_output=False, on_line=None, log=None):
+    """Runs ``argv`` (an mpiexec command) until it ends; stops it on a failure or a signal.
+
+    Args:
+        argv: the command, from :func:`~kerashvd.launcher.command.mpiexec_command`.
+        events: the queue given to the job's
+            :class:`~kerashvd.launcher.reports.ReportServer`.
+        capture_output: read mpiexec's stdout and stderr (merged) and pass each line to
+            ``on_line``; otherwise they are inherited from this process.
+        on_line: called with each captured line (without its newline).
+        log: called with the launcher's own messages (a failure, a signal); ``None``: silent.
+
+    Returns:
+        A :class:`JobOutcome`.
+
+    Example:
+
+    >>> import queue
+    >>> run_job(["true"], queue.Queue()).exit_code
+    0
+    """
+    log = log or (lambda message: None)
+    pipe = subprocess.PIPE if capture_output else None
+    proc = subprocess.Popen(
+        argv, env=_environment(), start_new_session=True,
+        stdin=subprocess.DEVNULL if capture_output else None,
+        stdout=pipe, stderr=subprocess.STDOUT if capture_output else None)
+    if capture_output:
+        threading.Thread(target=_read_lines, args=(proc.stdout, events), daemon=True).start()
+    outcome = JobOutcome(returncode=0)
+    stopper = _Stopper(proc, log)
+    state = {"eof": not capture_output}
+
+    def handle(event):
+        if isinstance(event, _Line):
+            if on_line is not None:
+                on_line(str(event))
+        elif isinstance(event, FailureReport):
+            if outcome.failure is None and outcome.interrupted is None:
+                outcome.failure = event
+                log(f"{event.describe()}; stopping the other ranks.")
+                stopper.start()
+        elif event is _EOF:
+            state["eof"] = True
+
+    exited_at = None
+    with _SignalCatcher() as signals:
+        while True:
+            if signals.received is not None and outcome.interrupted is None:
+                outcome.interrupted = signals.received
+                log(f"received {signal.Signals(signals.received).name}; stopping all ranks "
+                    "(send it again to force).")
+                stopper.start()
+            stopper.poll(force=signals.force)
+            try:
+                handle(events.get(timeout=_TICK))
+            except queue.Empty:
+                pass
+            if proc.poll() is not None:
+                exited_at = exited_at or time.monotonic()
+                if state["eof"] or time.monotonic() - exited_at > _DRAIN_AFTER_EXIT:
+                    break
+    while True:  # reports (and lines) that arrived before mpiexec ended
+        try:
+            handle(events.get_nowait())
+        except queue.Empty:
+            break
+    outcome.returncode = proc.wait()
+    return outcome
