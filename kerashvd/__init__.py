@@ -42,7 +42,11 @@ from .collectives import (  # noqa: E402
 )
 from . import gradients as _gradients  # noqa: E402,F401  (registers the ops' gradients)
 from .functions import allgather_object, broadcast_object, broadcast_variables  # noqa: E402
+from .timeline import start_timeline, stop_timeline  # noqa: E402
 from .launcher.run_fn import run  # noqa: E402
+from .optimizer import DistributedOptimizer  # noqa: E402
+from .tape import DistributedGradientTape  # noqa: E402
+from .saving import load_model  # noqa: E402
 from . import data  # noqa: E402
 from . import callbacks  # noqa: E402  (the top-level callbacks/ directory; imports keras)
 
@@ -51,6 +55,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Average",
     "Compression",
+    "DistributedGradientTape",
+    "DistributedOptimizer",
     "Max",
     "Min",
     "NotInitializedError",
@@ -76,6 +82,7 @@ __all__ = [
     "init",
     "is_initialized",
     "join",
+    "load_model",
     "local_rank",
     "local_size",
     "mpi_built",
@@ -86,4 +93,6 @@ __all__ = [
     "run",
     "shutdown",
     "size",
+    "start_timeline",
+    "stop_timeline",
 ]

@@ -11,7 +11,9 @@ import os
 from . import _core
 
 # Variables kerashvd reads or sets itself besides the engine settings.
-_OTHER_VARIABLES = {"KERASHVD_TIMELINE", "KERASHVD_RUN_FUNCTION", "KERASHVD_RUN_RESULT_DIR"}
+_OTHER_VARIABLES = set()
+# String settings: variable -> init() keyword.
+_PATH_SETTINGS = {"KERASHVD_TIMELINE": "timeline"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +44,9 @@ SETTINGS = {
     "peer_timeout_seconds": _Setting(
         "KERASHVD_PEER_TIMEOUT", "peer_timeout_seconds", 1, 0,
         "seconds without an answer from other ranks before they count as dead (default 30)"),
+    "timeline_max_mb": _Setting(
+        "KERASHVD_TIMELINE_MAX_MB", "timeline_max_bytes", 1 << 20, 0.001,
+        "largest timeline file in MiB; recording stops there (default 256)"),
 }
 
 
@@ -60,20 +65,24 @@ def build_config(overrides):
     Raises:
         ValueError: for an unknown ``KERASHVD_*`` variable or keyword, or a bad value.
     """
-    known = {s.variable for s in SETTINGS.values()} | _OTHER_VARIABLES
+    known = {s.variable for s in SETTINGS.values()} | _OTHER_VARIABLES | set(_PATH_SETTINGS)
     unknown = sorted(k for k in os.environ if k.startswith("KERASHVD_") and k not in known)
     if unknown:
         raise ValueError(
             f"Unknown kerashvd setting(s) in the environment: {', '.join(unknown)}. "
             f"Known: {', '.join(sorted(known))}.")
-    bad = sorted(set(overrides) - set(SETTINGS))
+    bad = sorted(set(overrides) - set(SETTINGS) - set(_PATH_SETTINGS.values()))
     if bad:
         raise ValueError(f"init() got unknown setting(s) {bad}; known: {sorted(SETTINGS)}")
 
     config = _core.Config()
     for key, setting in SETTINGS.items():
         if key in overrides and overrides[key] is not None:
-            value = float(overrides[key])
+            try:
+                value = float(overrides[key]) * setting.unit
+            except (TypeError, ValueError):
+                raise ValueError(f"{key} must be a number ({setting.doc}); received "
+                                 f"{key}={overrides[key]!r}") from None
             source = f"{key}={overrides[key]!r}"
         elif setting.variable in os.environ:
             value = _parse(setting, os.environ[setting.variable]) * setting.unit
@@ -84,4 +93,8 @@ def build_config(overrides):
             raise ValueError(f"{key} must be >= {setting.minimum} ({setting.doc}); received {source}")
         current = getattr(config, setting.field)
         setattr(config, setting.field, type(current)(value))
+    for variable, key in _PATH_SETTINGS.items():
+        path = overrides.get(key) or os.environ.get(variable, "")
+        if path:
+            setattr(config, key + "_path", os.fspath(path))
     return config

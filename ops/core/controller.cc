@@ -136,6 +136,7 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
       }
     }
     item.response = std::move(r);
+    item.ready = Clock::now();
     out->work.push_back(std::move(item));
   }
   return Status::Ok();

@@ -45,6 +45,7 @@ namespace kerashvd {
 struct WorkItem {
   Response response;
   std::optional<TensorEntry> entry;  // empty when this rank has joined and owns no entry
+  std::chrono::steady_clock::time_point ready;  // when negotiation found it ready everywhere
 };
 
 struct CycleResult {

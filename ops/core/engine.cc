@@ -17,14 +17,33 @@ Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
     return true;
   });
   engine->controller_ = std::make_unique<Controller>(engine->control_.get(), config);
-  engine->executor_ = std::make_unique<Executor>(engine->cpu_backend_.get(), engine->mpi_->rank(),
-                                                 engine->mpi_->size());
+  engine->executor_ = std::make_unique<Executor>(engine->cpu_backend_.get(), &engine->timeline_,
+                                                 engine->mpi_->rank(), engine->mpi_->size());
+  if (!config.timeline_path.empty()) {
+    Status status = engine->StartTimeline(config.timeline_path, config.timeline_max_bytes);
+    if (!status.ok()) return status;
+  }
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   *out = std::move(engine);
   return Status::Ok();
 }
 
-Engine::~Engine() { Shutdown(); }
+Engine::~Engine() {
+  Shutdown();
+  timeline_.Stop();
+}
+
+Status Engine::StartTimeline(const std::string& path, int64_t max_bytes) {
+  std::string resolved = path;
+  const std::string marker = "{rank}";
+  size_t at = resolved.find(marker);
+  if (at == std::string::npos) {
+    if (mpi_->rank() != 0) return Status::Ok();
+  } else {
+    resolved.replace(at, marker.size(), std::to_string(mpi_->rank()));
+  }
+  return timeline_.Start(resolved, mpi_->rank(), max_bytes);
+}
 
 Status Engine::Submit(TensorEntry entry) {
   {
@@ -35,6 +54,7 @@ Status Engine::Submit(TensorEntry entry) {
     return Status::Unimplemented(
         "this kerashvd build has no GPU backend (built without NCCL); place the tensor on the "
         "CPU or rebuild with -DKERASHVD_WITH_NCCL=ON");
+  entry.submitted = std::chrono::steady_clock::now();
   queue_.Submit(std::move(entry));
   return Status::Ok();
 }
@@ -58,11 +78,17 @@ void Engine::Loop() {
                                   "exited) while this collective was pending."));
     if (!cycle.fatal_error.empty()) return Stop(Status::Aborted(cycle.fatal_error));
 
+    const auto executed = Timeline::Clock::now();
+    int64_t bytes = 0;
     for (std::vector<size_t>& indices : PlanFusion(cycle.work, config_.fusion_threshold_bytes)) {
       std::vector<WorkItem*> group;
-      for (size_t i : indices) group.push_back(&cycle.work[i]);
+      for (size_t i : indices) {
+        group.push_back(&cycle.work[i]);
+        bytes += FusedBytes(cycle.work[i].response.request);
+      }
       executor_->Run(group);
     }
+    if (!cycle.work.empty()) timeline_.Cycle(executed, Timeline::Clock::now(), cycle.work.size(), bytes);
   }
 }
 

@@ -20,6 +20,7 @@
 #include "controller.h"
 #include "executor.h"
 #include "tensor_queue.h"
+#include "timeline.h"
 
 namespace kerashvd {
 
@@ -34,6 +35,11 @@ class Engine {
   // Stops the background thread on every rank: the first rank to call it stops all ranks'
   // engines at the next cycle; anything still pending fails with Aborted.
   void Shutdown();
+
+  // Starts (or restarts) writing a timeline; only rank 0 writes unless `path` contains
+  // "{rank}", which is replaced by each rank's number.
+  Status StartTimeline(const std::string& path, int64_t max_bytes);
+  void StopTimeline() { timeline_.Stop(); }
 
   const Config& config() const { return config_; }
   const MpiContext& mpi() const { return *mpi_; }
@@ -50,6 +56,7 @@ class Engine {
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Executor> executor_;
   TensorQueue queue_;
+  Timeline timeline_;
   uint64_t seen_submissions_ = 0;  // background thread only
   std::thread thread_;
   std::atomic<bool> shutdown_requested_{false};

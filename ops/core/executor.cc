@@ -40,8 +40,40 @@ Status Executor::Output(WorkItem& item, size_t i, const Shape& shape, void** dat
   return e.allocate(i, shape, data);
 }
 
+Timeline::Clock::time_point Executor::Mark(const std::vector<WorkItem*>& group, const char* phase,
+                                           Timeline::Clock::time_point start) {
+  auto now = Timeline::Clock::now();
+  if (timeline_->active())
+    for (WorkItem* item : group) timeline_->Phase(item->response.request.name, phase, start, now);
+  return now;
+}
+
+namespace {
+
+const char* CollectivePhase(OpType op) {
+  switch (op) {
+    case OpType::kAllreduce: return "ALLREDUCE";
+    case OpType::kAllgather: return "ALLGATHER";
+    case OpType::kBroadcast: return "BROADCAST";
+    case OpType::kAlltoall: return "ALLTOALL";
+    case OpType::kReducescatter: return "REDUCESCATTER";
+    case OpType::kBarrier: return "BARRIER";
+    case OpType::kJoin: return "JOIN";
+  }
+  return "COLLECTIVE";
+}
+
+}  // namespace
+
 void Executor::Run(std::vector<WorkItem*>& group) {
   WorkItem& first = *group.front();
+  const auto start = Timeline::Clock::now();
+  if (timeline_->active())
+    for (WorkItem* item : group) {
+      const std::string& name = item->response.request.name;
+      if (item->entry) timeline_->Phase(name, "NEGOTIATE", item->entry->submitted, item->ready);
+      timeline_->Phase(name, "QUEUE", item->ready, start);
+    }
   const Response& response = first.response;
   CollectiveResult result;
   Status status;
@@ -60,6 +92,8 @@ void Executor::Run(std::vector<WorkItem*>& group) {
       case OpType::kJoin: break;  // negotiation itself synchronized the ranks
     }
   }
+  if (response.kind == Response::Kind::kExecute && response.request.op_type != OpType::kAllreduce)
+    Mark(group, CollectivePhase(response.request.op_type), start);
   for (WorkItem* item : group)
     if (item->entry && item->entry->done) item->entry->done(status, result);
 }
@@ -79,9 +113,11 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
       ScaleCopy(in, out, count, sig.dtype, sig.prescale);
       in = out;
     }
+    auto t = Timeline::Clock::now();
     KERASHVD_RETURN_IF_ERROR(backend_->Allreduce(in, out, count, sig.dtype, options));
     double post = PostscaleOf(sig);
     if (post != 1.0) ScaleCopy(out, out, count, sig.dtype, post);
+    Mark(group, "ALLREDUCE", t);
     return Status::Ok();
   }
 
@@ -91,6 +127,7 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
   for (WorkItem* item : group) total += FusedBytes(item->response.request);
   char* buffer = static_cast<char*>(fusion_.Reserve(total));
 
+  auto t = Timeline::Clock::now();
   int64_t offset = 0;
   for (WorkItem* item : group) {
     const Request& r = item->response.request;
@@ -104,7 +141,9 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
       offset += n * wire_size;
     }
   }
+  t = Mark(group, "MEMCPY_IN_FUSION_BUFFER", t);
   KERASHVD_RETURN_IF_ERROR(backend_->Allreduce(buffer, buffer, total / wire_size, wire, options));
+  t = Mark(group, "ALLREDUCE", t);
   offset = 0;
   for (WorkItem* item : group) {
     const Request& r = item->response.request;
@@ -121,6 +160,7 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
       else ScaleCopy(src, out, n, r.dtype, post);
     }
   }
+  Mark(group, "MEMCPY_OUT_FUSION_BUFFER", t);
   return Status::Ok();
 }
 

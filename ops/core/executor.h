@@ -13,12 +13,14 @@
 #include "backend/backend.h"
 #include "controller.h"
 #include "fusion.h"
+#include "timeline.h"
 
 namespace kerashvd {
 
 class Executor {
  public:
-  Executor(Backend* backend, int rank, int size) : backend_(backend), rank_(rank), size_(size) {}
+  Executor(Backend* backend, Timeline* timeline, int rank, int size)
+      : backend_(backend), timeline_(timeline), rank_(rank), size_(size) {}
   void Run(std::vector<WorkItem*>& group);
 
  private:
@@ -30,8 +32,12 @@ class Executor {
   // The output buffer of tensor i: preallocated, allocated now, or scratch on a joined rank.
   Status Output(WorkItem& item, size_t i, const Shape& shape, void** data);
   double PostscaleOf(const Request& r) const;
+  // Records `phase` from `start` to now for every tensor of the group; returns now.
+  Timeline::Clock::time_point Mark(const std::vector<WorkItem*>& group, const char* phase,
+                                   Timeline::Clock::time_point start);
 
   Backend* backend_;
+  Timeline* timeline_;
   int rank_;
   int size_;
   FusionBuffer fusion_;

@@ -2,6 +2,7 @@
 // It never leaves the process; only its Request crosses to other ranks.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <vector>
 
@@ -29,6 +30,8 @@ struct TensorEntry {
   std::vector<int64_t> splits;
   // Called exactly once, on the background thread, when the collective finished or failed.
   std::function<void(const Status&, const CollectiveResult&)> done;
+  // Set by the engine: when the entry was submitted (for the timeline).
+  std::chrono::steady_clock::time_point submitted;
 };
 
 }  // namespace kerashvd

@@ -38,7 +38,9 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("cache_capacity", &kerashvd::Config::cache_capacity)
       .def_readwrite("stall_check_seconds", &kerashvd::Config::stall_check_seconds)
       .def_readwrite("stall_shutdown_seconds", &kerashvd::Config::stall_shutdown_seconds)
-      .def_readwrite("peer_timeout_seconds", &kerashvd::Config::peer_timeout_seconds);
+      .def_readwrite("peer_timeout_seconds", &kerashvd::Config::peer_timeout_seconds)
+      .def_readwrite("timeline_path", &kerashvd::Config::timeline_path)
+      .def_readwrite("timeline_max_bytes", &kerashvd::Config::timeline_max_bytes);
 
   m.def("init", [](const kerashvd::Config& config) {
     Status status;
@@ -51,6 +53,13 @@ PYBIND11_MODULE(_core, m) {
   m.def("shutdown", [] {
     py::gil_scoped_release release;
     kerashvd::ShutdownRuntime();
+  });
+  m.def("start_timeline", [](const std::string& path, int64_t max_bytes) {
+    RaiseIfError(Engine()->StartTimeline(path, max_bytes));
+  });
+  m.def("stop_timeline", [] {
+    py::gil_scoped_release release;
+    if (auto engine = kerashvd::CurrentEngine()) engine->StopTimeline();
   });
   m.def("is_initialized", [] { return kerashvd::CurrentEngine() != nullptr; });
   m.def("rank", [] { return Engine()->mpi().rank(); });

@@ -1,0 +1,530 @@
+// kerashvd_nccl_test: every NcclBackend method on GPU buffers, checked against a host reference.
+// No TensorFlow, no Python: only the engine core, MPI, CUDA and NCCL.
+//
+//   mpiexec -n 2 ./kerashvd_nccl_test
+//
+// Each rank uses CUDA device local_rank % device_count; when ranks outnumber the GPUs on a
+// host, NCCL_MULTI_RANK_GPU_ENABLE=1 is set for NCCL (unless already set), which NCCL >= 2.32
+// needs to let ranks share a GPU. Every rank runs the same cases in the same order (they are
+// collectives) and checks its own results. Element counts include 0, 1, 7 (odd, not a multiple
+// of the world size) and 1M. Inputs are small integers, so sums, products, minima and maxima
+// are exact in every dtype for up to 8 ranks, and each rank computes the expected result
+// without communicating. The last line, printed by rank 0, is "N passed, N failed" summed over
+// all ranks; the exit status is non-zero when any case failed on any rank.
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../../buffer_ops.h"
+#include "../mpi/mpi_context.h"
+#include "nccl_backend.h"
+#include "nccl_context.h"
+
+namespace kerashvd {
+namespace {
+
+const std::vector<int64_t> kSizes = {0, 1, 7, 1 << 20};
+const std::vector<DataType> kReducible = {
+    DataType::kFloat32, DataType::kFloat64, DataType::kInt8,    DataType::kUint8,
+    DataType::kInt32,   DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16};
+
+// A failure of the test's own plumbing (allocation, copies): stop every rank at once rather
+// than leave the others waiting in a collective.
+void Fatal(const std::string& message) {
+  std::fprintf(stderr, "kerashvd_nccl_test: %s\n", message.c_str());
+  MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
+void CheckCuda(cudaError_t error, const char* call) {
+  Status status = CudaStatus(error, call);
+  if (!status.ok()) Fatal(status.message());
+}
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes_ == 0) return;  // zero-sized tensors may well have null data
+    CheckCuda(cudaMalloc(&ptr_, bytes_), "cudaMalloc");
+    CheckCuda(cudaMemset(ptr_, 0xA5, bytes_), "cudaMemset");  // stale results must not pass
+  }
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  char* get() const { return static_cast<char*>(ptr_); }
+  void Upload(const std::vector<char>& host, size_t offset = 0) {
+    if (host.empty()) return;
+    CheckCuda(cudaMemcpy(get() + offset, host.data(), host.size(), cudaMemcpyHostToDevice),
+              "cudaMemcpy to device");
+  }
+  std::vector<char> Download(size_t offset, size_t bytes) const {
+    std::vector<char> host(bytes);
+    if (bytes > 0)
+      CheckCuda(cudaMemcpy(host.data(), get() + offset, bytes, cudaMemcpyDeviceToHost),
+                "cudaMemcpy to host");
+    return host;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+};
+
+// --- Host values: doubles in, dtype bytes out, and back --------------------------------------
+
+template <typename T>
+void PutAll(const std::vector<double>& v, char* out) {
+  T* p = reinterpret_cast<T*>(out);
+  for (size_t i = 0; i < v.size(); ++i) p[i] = static_cast<T>(v[i]);
+}
+
+template <typename T>
+void GetAll(const char* in, std::vector<double>* v) {
+  const T* p = reinterpret_cast<const T*>(in);
+  for (size_t i = 0; i < v->size(); ++i) (*v)[i] = static_cast<double>(p[i]);
+}
+
+std::vector<char> Encode(DataType dtype, const std::vector<double>& v) {
+  std::vector<char> out(v.size() * DataTypeSize(dtype));
+  switch (dtype) {
+    case DataType::kUint8: PutAll<uint8_t>(v, out.data()); break;
+    case DataType::kInt8: PutAll<int8_t>(v, out.data()); break;
+    case DataType::kInt32: PutAll<int32_t>(v, out.data()); break;
+    case DataType::kInt64: PutAll<int64_t>(v, out.data()); break;
+    case DataType::kFloat32: PutAll<float>(v, out.data()); break;
+    case DataType::kFloat64: PutAll<double>(v, out.data()); break;
+    case DataType::kFloat16:
+    case DataType::kBfloat16: {
+      std::vector<float> f(v.begin(), v.end());
+      FloatToHalf(f.data(), out.data(), f.size(), dtype, 1.0);
+      break;
+    }
+    default: Fatal(std::string("no encoder for ") + DataTypeName(dtype));
+  }
+  return out;
+}
+
+std::vector<double> Decode(DataType dtype, const std::vector<char>& bytes) {
+  std::vector<double> v(bytes.size() / DataTypeSize(dtype));
+  switch (dtype) {
+    case DataType::kUint8: GetAll<uint8_t>(bytes.data(), &v); break;
+    case DataType::kInt8: GetAll<int8_t>(bytes.data(), &v); break;
+    case DataType::kInt32: GetAll<int32_t>(bytes.data(), &v); break;
+    case DataType::kInt64: GetAll<int64_t>(bytes.data(), &v); break;
+    case DataType::kFloat32: GetAll<float>(bytes.data(), &v); break;
+    case DataType::kFloat64: GetAll<double>(bytes.data(), &v); break;
+    case DataType::kFloat16:
+    case DataType::kBfloat16: {
+      std::vector<float> f(v.size());
+      HalfToFloat(bytes.data(), f.data(), f.size(), dtype, 1.0);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = f[i];
+      break;
+    }
+    default: Fatal(std::string("no decoder for ") + DataTypeName(dtype));
+  }
+  return v;
+}
+
+// Empty when equal (exactly for integers, to a dtype-sized tolerance for floats, which only
+// Average needs); otherwise the first wrong element and how many are wrong.
+std::string Compare(DataType dtype, const std::vector<double>& expected,
+                    const std::vector<double>& actual) {
+  if (expected.size() != actual.size())
+    return "expected " + std::to_string(expected.size()) + " elements, got " +
+           std::to_string(actual.size());
+  double tolerance = 0;
+  if (dtype == DataType::kFloat16 || dtype == DataType::kBfloat16) tolerance = 1e-2;
+  if (dtype == DataType::kFloat32) tolerance = 1e-5;
+  if (dtype == DataType::kFloat64) tolerance = 1e-12;
+  int64_t wrong = 0, first = -1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (std::fabs(expected[i] - actual[i]) <= tolerance * std::fmax(1.0, std::fabs(expected[i])))
+      continue;
+    if (wrong++ == 0) first = static_cast<int64_t>(i);
+  }
+  if (wrong == 0) return "";
+  return std::to_string(wrong) + " wrong elements; first at " + std::to_string(first) +
+         ": expected " + std::to_string(expected[first]) + ", got " +
+         std::to_string(actual[first]);
+}
+
+// --- Bookkeeping ----------------------------------------------------------------------------
+
+class Tally {
+ public:
+  explicit Tally(int rank) : rank_(rank) {}
+  // One case: the backend's status, then (when it succeeded) the comparison's verdict.
+  void Record(const std::string& name, const Status& status, const std::string& mismatch) {
+    if (status.ok() && mismatch.empty()) {
+      ++passed_;
+      return;
+    }
+    Fail(name, status.ok() ? mismatch : status.message());
+  }
+  // A case that must fail with `code` and a message naming the backend.
+  void ExpectError(const std::string& name, const Status& status, Status::Code code) {
+    if (status.code() == code && status.message().find("NCCL") != std::string::npos) {
+      ++passed_;
+      return;
+    }
+    Fail(name, "expected an error with code " + std::to_string(static_cast<int>(code)) +
+                   " naming NCCL, got code " + std::to_string(static_cast<int>(status.code())) +
+                   ": '" + status.message() + "'");
+  }
+  int passed() const { return passed_; }
+  int failed() const { return failed_; }
+  const std::string& report() const { return report_; }
+
+ private:
+  void Fail(const std::string& name, const std::string& why) {
+    ++failed_;
+    report_ += "[rank " + std::to_string(rank_) + "] FAIL " + name + ": " + why + "\n";
+  }
+
+  int rank_;
+  int passed_ = 0;
+  int failed_ = 0;
+  std::string report_;  // printed by rank 0 at the end, in rank order, before the totals
+};
+
+// Every rank's failure lines, printed by rank 0 in rank order, then the totals as the last line.
+void PrintSummary(const Tally& tally, const MpiContext& mpi) {
+  const std::string& mine = tally.report();
+  int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(mpi.size()), offsets(mpi.size(), 0);
+  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, mpi.comm());
+  for (int r = 1; r < mpi.size(); ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
+  std::string all(mpi.rank() == 0 ? offsets.back() + lengths.back() : 0, '\0');
+  MPI_Gatherv(mine.data(), length, MPI_CHAR, &all[0], lengths.data(), offsets.data(), MPI_CHAR,
+              0, mpi.comm());
+  int local[2] = {tally.passed(), tally.failed()}, total[2] = {0, 0};
+  MPI_Reduce(local, total, 2, MPI_INT, MPI_SUM, 0, mpi.comm());
+  if (mpi.rank() == 0) std::printf("%s%d passed, %d failed\n", all.c_str(), total[0], total[1]);
+  std::fflush(stdout);
+}
+
+struct World {
+  Backend* backend;
+  Tally* tally;
+  int rank;
+  int size;
+};
+
+std::string CaseName(const char* op, DataType dtype, const std::string& detail, int64_t n) {
+  return std::string(op) + " " + DataTypeName(dtype) + " " + detail + " n=" + std::to_string(n);
+}
+
+// Inputs for reductions: products stay within int8 for 8 ranks; the rest within 11 * ranks.
+double ReduceInput(ReduceOp op, int rank, int64_t i) {
+  if (op == ReduceOp::kProduct) return (rank < 6 && (i + rank) % 2 == 1) ? 2 : 1;
+  return 1 + (i * 7 + rank * 3) % 11;
+}
+
+double Reduce(ReduceOp op, int size, int64_t i) {
+  double acc = ReduceInput(op, 0, i);
+  for (int r = 1; r < size; ++r) {
+    const double x = ReduceInput(op, r, i);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAverage: acc += x; break;
+      case ReduceOp::kMin: acc = std::fmin(acc, x); break;
+      case ReduceOp::kMax: acc = std::fmax(acc, x); break;
+      case ReduceOp::kProduct: acc *= x; break;
+    }
+  }
+  return op == ReduceOp::kAverage ? acc / size : acc;
+}
+
+std::vector<ReduceOp> OpsFor(DataType dtype) {
+  std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
+                               ReduceOp::kProduct};
+  if (IsFloating(dtype)) ops.push_back(ReduceOp::kAverage);
+  return ops;
+}
+
+// Rows of a reducescatter result, as the executor splits them: the first n % size get one more.
+std::vector<int64_t> ScatterCounts(int64_t n, int size) {
+  std::vector<int64_t> counts(size);
+  for (int r = 0; r < size; ++r) counts[r] = n / size + (r < n % size ? 1 : 0);
+  return counts;
+}
+
+std::vector<int64_t> Offsets(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> offsets(sizes.size(), 0);
+  for (size_t i = 1; i < sizes.size(); ++i) offsets[i] = offsets[i - 1] + sizes[i - 1];
+  return offsets;
+}
+
+int64_t Sum(const std::vector<int64_t>& v) {
+  int64_t total = 0;
+  for (int64_t x : v) total += x;
+  return total;
+}
+
+// --- Cases ----------------------------------------------------------------------------------
+
+void TestAllreduce(const World& w) {
+  for (DataType dtype : kReducible) {
+    const size_t element = DataTypeSize(dtype);
+    for (ReduceOp op : OpsFor(dtype)) {
+      for (int64_t n : kSizes) {
+        std::vector<double> mine(n), expected(n);
+        for (int64_t i = 0; i < n; ++i) {
+          mine[i] = ReduceInput(op, w.rank, i);
+          expected[i] = Reduce(op, w.size, i);
+        }
+        const std::vector<char> input = Encode(dtype, mine);
+        for (bool in_place : {false, true}) {
+          DeviceBuffer send(n * element), recv(n * element);
+          (in_place ? recv : send).Upload(input);
+          const void* source = in_place ? recv.get() : send.get();
+          Status status = w.backend->Allreduce(source, recv.get(), n, dtype, ReduceOptions{op});
+          std::string mismatch;
+          if (status.ok())
+            mismatch = Compare(dtype, expected, Decode(dtype, recv.Download(0, n * element)));
+          w.tally->Record(CaseName("Allreduce", dtype, std::string(ReduceOpName(op)) +
+                                                           (in_place ? " in-place" : ""), n),
+                          status, mismatch);
+        }
+      }
+    }
+  }
+}
+
+void TestAllgatherv(const World& w) {
+  for (DataType dtype : {DataType::kUint8, DataType::kFloat32}) {
+    const size_t element = DataTypeSize(dtype);
+    for (int64_t base : kSizes) {
+      for (const std::string pattern : {"equal", "equal in-place", "uneven"}) {
+        const bool uneven = pattern == "uneven";
+        const bool in_place = pattern == "equal in-place";
+        std::vector<int64_t> counts(w.size), bytes(w.size);
+        for (int r = 0; r < w.size; ++r) {
+          counts[r] = base + (uneven ? r : 0);
+          bytes[r] = counts[r] * element;
+        }
+        const std::vector<int64_t> offsets = Offsets(bytes);
+        auto value = [](int rank, int64_t i) {
+          return static_cast<double>((rank * 37 + i) % 251);
+        };
+        std::vector<double> mine(counts[w.rank]), expected;
+        for (int64_t i = 0; i < counts[w.rank]; ++i) mine[i] = value(w.rank, i);
+        for (int r = 0; r < w.size; ++r)
+          for (int64_t i = 0; i < counts[r]; ++i) expected.push_back(value(r, i));
+
+        DeviceBuffer send(in_place ? 0 : bytes[w.rank]), recv(Sum(bytes));
+        const char* source;
+        if (in_place) {
+          recv.Upload(Encode(dtype, mine), offsets[w.rank]);
+          source = recv.get() + offsets[w.rank];
+        } else {
+          send.Upload(Encode(dtype, mine));
+          source = send.get();
+        }
+        Status status = w.backend->Allgatherv(source, recv.get(), bytes);
+        std::string mismatch;
+        if (status.ok())
+          mismatch = Compare(dtype, expected, Decode(dtype, recv.Download(0, Sum(bytes))));
+        w.tally->Record(CaseName("Allgatherv", dtype, pattern, base), status, mismatch);
+      }
+    }
+  }
+}
+
+void TestBroadcast(const World& w) {
+  const DataType dtype = DataType::kFloat32;
+  for (int root = 0; root < w.size; ++root) {
+    for (int64_t n : kSizes) {
+      std::vector<double> expected(n);
+      for (int64_t i = 0; i < n; ++i) expected[i] = (root * 1000 + i) % 4096;
+      DeviceBuffer buffer(n * sizeof(float));
+      if (w.rank == root) buffer.Upload(Encode(dtype, expected));
+      const int64_t bytes = n * sizeof(float);
+      Status status = w.backend->Broadcast(buffer.get(), bytes, BroadcastOptions{root});
+      std::string mismatch;
+      if (status.ok())
+        mismatch = Compare(dtype, expected, Decode(dtype, buffer.Download(0, bytes)));
+      w.tally->Record(CaseName("Broadcast", dtype, "root=" + std::to_string(root), n), status,
+                      mismatch);
+    }
+  }
+}
+
+void TestAlltoallv(const World& w) {
+  const DataType dtype = DataType::kInt32;
+  const size_t element = sizeof(int32_t);
+  for (int64_t base : kSizes) {
+    for (const std::string pattern : {"dense", "sparse"}) {
+      const bool sparse = pattern == "sparse";
+      // Elements that rank `src` sends to rank `dst`.
+      auto count = [&](int src, int dst) -> int64_t {
+        return sparse ? ((src + dst) % 2 == 0 ? base : 0) : base + src + 2 * dst;
+      };
+      auto value = [](int src, int dst, int64_t i) {
+        return static_cast<double>((src * 131 + dst * 17 + i) % 100003);
+      };
+      std::vector<int64_t> send_bytes(w.size), recv_bytes(w.size);
+      std::vector<double> mine, expected;
+      for (int p = 0; p < w.size; ++p) {
+        send_bytes[p] = count(w.rank, p) * element;
+        recv_bytes[p] = count(p, w.rank) * element;
+        for (int64_t i = 0; i < count(w.rank, p); ++i) mine.push_back(value(w.rank, p, i));
+        for (int64_t i = 0; i < count(p, w.rank); ++i) expected.push_back(value(p, w.rank, i));
+      }
+      DeviceBuffer send(Sum(send_bytes)), recv(Sum(recv_bytes));
+      send.Upload(Encode(dtype, mine));
+      Status status = w.backend->Alltoallv(send.get(), send_bytes, recv.get(), recv_bytes);
+      std::string mismatch;
+      if (status.ok())
+        mismatch = Compare(dtype, expected, Decode(dtype, recv.Download(0, Sum(recv_bytes))));
+      w.tally->Record(CaseName("Alltoallv", dtype, pattern, base), status, mismatch);
+    }
+  }
+}
+
+void TestReduceScatter(const World& w) {
+  std::vector<int64_t> sizes = kSizes;
+  sizes.push_back((1 << 20) + 1);  // large and uneven
+  for (DataType dtype : kReducible) {
+    const size_t element = DataTypeSize(dtype);
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+      for (int64_t n : sizes) {
+        const std::vector<int64_t> counts = ScatterCounts(n, w.size);
+        const std::vector<int64_t> offsets = Offsets(counts);
+        const int64_t mine = counts[w.rank];
+        std::vector<double> input(n), expected(mine);
+        for (int64_t i = 0; i < n; ++i) input[i] = ReduceInput(op, w.rank, i);
+        for (int64_t i = 0; i < mine; ++i) expected[i] = Reduce(op, w.size, offsets[w.rank] + i);
+        // In place (the result is this rank's block of the input) only where NCCL defines it:
+        // equal counts.
+        const bool even = n % w.size == 0;
+        for (bool in_place : {false, true}) {
+          if (in_place && !even) continue;
+          DeviceBuffer send(n * element), recv(in_place ? 0 : mine * element);
+          send.Upload(Encode(dtype, input));
+          char* out = in_place ? send.get() + offsets[w.rank] * element : recv.get();
+          Status status = w.backend->ReduceScatter(send.get(), out, counts, dtype,
+                                                   ReduceOptions{op});
+          std::string mismatch;
+          if (status.ok()) {
+            const DeviceBuffer& holder = in_place ? send : recv;
+            const size_t at = in_place ? offsets[w.rank] * element : 0;
+            mismatch =
+                Compare(dtype, expected, Decode(dtype, holder.Download(at, mine * element)));
+          }
+          w.tally->Record(CaseName("ReduceScatter", dtype, std::string(ReduceOpName(op)) +
+                                                               (in_place ? " in-place" : ""), n),
+                          status, mismatch);
+        }
+      }
+    }
+  }
+}
+
+void TestMetadata(const World& w) {
+  for (int64_t k : {0, 1, 3}) {
+    std::vector<int64_t> send(k), recv(k * w.size, -1), expected(k * w.size);
+    for (int64_t j = 0; j < k; ++j) send[j] = w.rank * 10 + j;
+    for (int r = 0; r < w.size; ++r)
+      for (int64_t j = 0; j < k; ++j) expected[r * k + j] = r * 10 + j;
+    Status status = w.backend->AllgatherInt64(send.data(), k, recv.data());
+    w.tally->Record("AllgatherInt64 k=" + std::to_string(k), status,
+                    recv == expected ? "" : "wrong values");
+  }
+  std::vector<int64_t> send(w.size), recv(w.size, -1), expected(w.size);
+  for (int p = 0; p < w.size; ++p) {
+    send[p] = w.rank * 100 + p;
+    expected[p] = p * 100 + w.rank;
+  }
+  Status status = w.backend->AlltoallInt64(send.data(), recv.data());
+  w.tally->Record("AlltoallInt64", status, recv == expected ? "" : "wrong values");
+}
+
+// Unsupported or invalid requests fail the same way on every rank, before any NCCL call.
+void TestErrors(const World& w) {
+  DeviceBuffer buffer(64);
+  w.tally->ExpectError("Allreduce int16 is Unimplemented",
+                       w.backend->Allreduce(buffer.get(), buffer.get(), 4, DataType::kInt16,
+                                            ReduceOptions{}),
+                       Status::Code::kUnimplemented);
+  w.tally->ExpectError("ReduceScatter bool is Unimplemented",
+                       w.backend->ReduceScatter(buffer.get(), buffer.get(),
+                                                std::vector<int64_t>(w.size, 1), DataType::kBool,
+                                                ReduceOptions{}),
+                       Status::Code::kUnimplemented);
+  w.tally->ExpectError("Broadcast root out of range",
+                       w.backend->Broadcast(buffer.get(), 4, BroadcastOptions{w.size}),
+                       Status::Code::kInvalidArgument);
+  w.tally->ExpectError("Allgatherv sizes not one per rank",
+                       w.backend->Allgatherv(buffer.get(), buffer.get(),
+                                             std::vector<int64_t>(w.size + 1, 1)),
+                       Status::Code::kInvalidArgument);
+}
+
+int Main() {
+  std::unique_ptr<MpiContext> mpi;
+  Status status = MpiContext::Create(&mpi);
+  if (!status.ok()) {
+    std::fprintf(stderr, "kerashvd_nccl_test: %s\n", status.message().c_str());
+    return 1;
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+  const int device = devices > 0 ? mpi->local_rank() % devices : 0;
+  if (devices > 0 && mpi->local_size() > devices) {
+    setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", /*overwrite=*/0);
+    if (mpi->rank() == 0)
+      std::printf("%d ranks per host share %d GPU(s): NCCL_MULTI_RANK_GPU_ENABLE=%s\n",
+                  mpi->local_size(), devices, std::getenv("NCCL_MULTI_RANK_GPU_ENABLE"));
+  }
+  int version = 0;
+  ncclGetVersion(&version);
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  std::printf("[rank %d/%d] CUDA device %d of %d, NCCL %d, CUDA runtime %d, driver %d\n",
+              mpi->rank(), mpi->size(), device, devices, version, runtime, driver);
+  std::fflush(stdout);
+
+  std::unique_ptr<NcclContext> nccl;
+  status = NcclContext::Create(*mpi, device, /*timeout_seconds=*/120, &nccl);
+  Tally tally(mpi->rank());
+  tally.Record("NcclContext::Create", status, "");
+  if (status.ok()) {
+    NcclBackend backend(nccl.get(), mpi.get());
+    const World world{&backend, &tally, mpi->rank(), mpi->size()};
+    const std::vector<std::pair<const char*, void (*)(const World&)>> groups = {
+        {"Allreduce", TestAllreduce},         {"Allgatherv", TestAllgatherv},
+        {"Broadcast", TestBroadcast},         {"Alltoallv", TestAlltoallv},
+        {"ReduceScatter", TestReduceScatter}, {"AllgatherInt64/AlltoallInt64", TestMetadata},
+        {"errors", TestErrors}};
+    for (const auto& group : groups) {
+      group.second(world);
+      if (mpi->rank() == 0) {  // progress, so that a hang can be placed
+        std::printf("[rank 0] %s done: %d passed, %d failed so far on this rank\n", group.first,
+                    tally.passed(), tally.failed());
+        std::fflush(stdout);
+      }
+    }
+  }
+  PrintSummary(tally, *mpi);
+  // Every rank exits with the same status, so mpiexec reports a failure wherever it happened.
+  int failed = tally.failed(), any_failed = 0;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, mpi->comm());
+  return any_failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace kerashvd
+
+int main() { return kerashvd::Main(); }
