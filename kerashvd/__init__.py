@@ -3,12 +3,20 @@
 >>> import kerashvd as hvd
 >>> hvd.init()
 >>> hvd.allreduce(tf.constant(1.0), op=hvd.Sum)  # == hvd.size() on every rank
+
+The runtime (init, rank, size, ...) loads without TensorFlow; everything that needs TensorFlow
+or Keras is imported on first use, so ``kerashvdrun`` and ``kerashvd.run`` start quickly. The
+installed TensorFlow's version is checked at import all the same.
 """
+
+import importlib
 
 from . import _loader
 
 _loader.preload_mpi()
+_loader.check_tf_version()
 
+from .reduce_ops import Average, Max, Min, Product, Sum  # noqa: E402
 from .runtime import (  # noqa: E402
     NotInitializedError,
     build_info,
@@ -25,74 +33,52 @@ from .runtime import (  # noqa: E402
     shutdown,
     size,
 )
-from .reduce_ops import Average, Max, Min, Product, Sum  # noqa: E402
-from .compression import Compression  # noqa: E402
-from .collectives import (  # noqa: E402
-    allgather,
-    allreduce,
-    alltoall,
-    barrier,
-    broadcast,
-    grouped_allgather,
-    grouped_allreduce,
-    grouped_broadcast,
-    grouped_reducescatter,
-    join,
-    reducescatter,
-)
-from . import gradients as _gradients  # noqa: E402,F401  (registers the ops' gradients)
-from .functions import allgather_object, broadcast_object, broadcast_variables  # noqa: E402
-from .timeline import start_timeline, stop_timeline  # noqa: E402
-from .launcher.run_fn import run  # noqa: E402
-from .optimizer import DistributedOptimizer  # noqa: E402
-from .tape import DistributedGradientTape  # noqa: E402
-from .saving import load_model  # noqa: E402
-from . import data  # noqa: E402
-from . import callbacks  # noqa: E402  (the top-level callbacks/ directory; imports keras)
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Average",
-    "Compression",
-    "DistributedGradientTape",
-    "DistributedOptimizer",
-    "Max",
-    "Min",
-    "NotInitializedError",
-    "Product",
-    "Sum",
-    "allgather",
-    "allgather_object",
-    "allreduce",
-    "alltoall",
-    "barrier",
-    "broadcast",
-    "broadcast_object",
-    "broadcast_variables",
-    "build_info",
-    "callbacks",
-    "cross_rank",
-    "cross_size",
-    "data",
-    "grouped_allgather",
-    "grouped_allreduce",
-    "grouped_broadcast",
-    "grouped_reducescatter",
-    "init",
-    "is_initialized",
-    "join",
-    "load_model",
-    "local_rank",
-    "local_size",
-    "mpi_built",
-    "mpi_threads_supported",
-    "nccl_built",
-    "rank",
-    "reducescatter",
-    "run",
-    "shutdown",
-    "size",
-    "start_timeline",
-    "stop_timeline",
-]
+# Public name -> module that defines it (a module itself when the name is a submodule).
+_LAZY = {
+    "Compression": ".compression",
+    "allgather": ".collectives",
+    "allreduce": ".collectives",
+    "alltoall": ".collectives",
+    "barrier": ".collectives",
+    "broadcast": ".collectives",
+    "grouped_allgather": ".collectives",
+    "grouped_allreduce": ".collectives",
+    "grouped_broadcast": ".collectives",
+    "grouped_reducescatter": ".collectives",
+    "join": ".collectives",
+    "reducescatter": ".collectives",
+    "allgather_object": ".functions",
+    "broadcast_object": ".functions",
+    "broadcast_variables": ".functions",
+    "start_timeline": ".timeline",
+    "stop_timeline": ".timeline",
+    "run": ".launcher.run_fn",
+    "DistributedOptimizer": ".optimizer",
+    "DistributedGradientTape": ".tape",
+    "load_model": ".saving",
+    "data": ".data",
+    "callbacks": ".callbacks",
+}
+
+__all__ = sorted([
+    "Average", "Max", "Min", "Product", "Sum", "NotInitializedError", "build_info",
+    "cross_rank", "cross_size", "init", "is_initialized", "local_rank", "local_size",
+    "mpi_built", "mpi_threads_supported", "nccl_built", "rank", "shutdown", "size",
+    *_LAZY,
+])
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'kerashvd' has no attribute {name!r}")
+    module = importlib.import_module(_LAZY[name], __name__)
+    value = module if module.__name__.endswith("." + name) else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

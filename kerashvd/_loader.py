@@ -39,18 +39,34 @@ def preload_mpi():
     ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
 
 
+def installed_tf_version():
+    """The installed TensorFlow's version, read from package metadata (no import)."""
+    for dist in ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-intel"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def check_tf_version(installed=None):
+    """Raises ImportError when the installed TensorFlow is not the one the ops were built for."""
+    installed = installed or installed_tf_version()
+    if installed is not None and installed != _build_info.TF_VERSION:
+        raise ImportError(
+            f"kerashvd was compiled against TensorFlow {_build_info.TF_VERSION}, but TensorFlow "
+            f"{installed} is installed; its C++ ops cannot load into a different version. "
+            + _REBUILD_HINT
+        )
+
+
 def load_tf_ops():
     """Returns the module of kerashvd's TensorFlow ops after checking the TF version."""
     import tensorflow as tf
 
     from . import _core
 
-    if tf.__version__ != _build_info.TF_VERSION:
-        raise ImportError(
-            f"kerashvd was compiled against TensorFlow {_build_info.TF_VERSION}, but TensorFlow "
-            f"{tf.__version__} is installed; its C++ ops cannot load into a different version. "
-            + _REBUILD_HINT
-        )
+    check_tf_version(tf.__version__)
     # Beside _core, which is also where an editable install keeps the compiled files.
     path = os.path.join(os.path.dirname(_core.__file__), "libkerashvd_tf_ops.so")
     try:
