@@ -17,11 +17,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
 def make_data(samples, features, classes, seed=0):
-    """Gaussian blobs: one centre per class, the same on every rank."""
+    """Gaussian blobs: one centre per class (fixed), samples drawn with `seed`; the same on
+    every rank."""
     import numpy as np
 
+    centres = np.random.default_rng(1234).normal(0.0, 1.0, size=(classes, features))
     rng = np.random.default_rng(seed)
-    centres = rng.normal(0.0, 3.0, size=(classes, features))
     labels = rng.integers(0, classes, size=samples)
     points = centres[labels] + rng.normal(0.0, 1.0, size=(samples, features))
     return points.astype("float32"), labels.astype("int32")
@@ -63,6 +64,8 @@ def main(argv=None):
     model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     callbacks = [
         hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank=0),
+        # Validation metrics over the whole validation set, reduced from every rank's shard.
+        hvd.callbacks.DistributedValidationCallback(),
         hvd.callbacks.MetricAverageCallback(),
     ]
     history = model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs,
