@@ -481,6 +481,9 @@ int Main() {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
   const int device = devices > 0 ? mpi->local_rank() % devices : 0;
+  // This program's CUDA runtime is its own (kerashvd_core links a private static copy), so it
+  // selects the device for its own allocations too.
+  if (devices > 0) CheckCuda(cudaSetDevice(device), "cudaSetDevice");
   if (devices > 0 && mpi->local_size() > devices) {
     setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", /*overwrite=*/0);
     if (mpi->rank() == 0)
