@@ -1,0 +1,196 @@
+"""Gradients of the collectives, checked numerically.
+
+Each rank r computes loss_r = sum(w_r * C(x)_r) with its own weights w_r, and the gradient the
+tape gives for x_r must be the gradient of the job's total loss sum_q loss_q with respect to
+x_r (the math in kerashvd/gradients.py). The expected value does not use those formulas: it
+is a finite difference of a numpy model of the collective C, which is linear, so a unit step
+gives the exact derivative.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from _reference import WORLD, rank_input, scatter_rows
+
+
+def _splits(sender, size):
+    return [(sender + 2 * q) % 3 for q in range(size)]
+
+
+def _scatter(full, q, n):
+    start, stop = scatter_rows(full.shape[0], q, n)
+    return full[start:stop]
+
+
+def _alltoall_np(xs, splits, q):
+    parts = []
+    for r, x in enumerate(xs):
+        start = sum(splits[r][:q])
+        parts.append(x[start:start + splits[r][q]])
+    return np.concatenate(parts)
+
+
+# name -> (input shapes of rank r at size n, kerashvd forward on this rank's list of inputs,
+#          numpy model: every rank's inputs -> every rank's outputs)
+CASES = {
+    "allreduce_sum": (
+        lambda r, n: [(3, 2)],
+        lambda hvd, x, name: [hvd.allreduce(x[0], op=hvd.Sum, name=name)],
+        lambda xs, n: [[sum(x[0] for x in xs)] for _ in range(n)]),
+    "allreduce_average_scaled": (
+        lambda r, n: [(5,)],
+        lambda hvd, x, name: [hvd.allreduce(x[0], op=hvd.Average, prescale_factor=0.5,
+                                            postscale_factor=4.0, name=name)],
+        lambda xs, n: [[sum(x[0] for x in xs) * 2.0 / n] for _ in range(n)]),
+    "grouped_allreduce": (
+        lambda r, n: [(3,), (2, 2)],
+        lambda hvd, x, name: hvd.grouped_allreduce(x, op=hvd.Sum, name=name),
+        lambda xs, n: [[sum(x[0] for x in xs), sum(x[1] for x in xs)] for _ in range(n)]),
+    "allgather": (
+        lambda r, n: [(r + 1, 2)],
+        lambda hvd, x, name: [hvd.allgather(x[0], name=name)],
+        lambda xs, n: [[np.concatenate([x[0] for x in xs])] for _ in range(n)]),
+    "grouped_allgather": (
+        lambda r, n: [(r % 2 + 1,), (1, 3)],
+        lambda hvd, x, name: hvd.grouped_allgather(x, name=name),
+        lambda xs, n: [[np.concatenate([x[0] for x in xs]), np.concatenate([x[1] for x in xs])]
+                       for _ in range(n)]),
+    "broadcast": (
+        lambda r, n: [(4,)],
+        lambda hvd, x, name: [hvd.broadcast(x[0], root_rank=hvd.size() - 1, name=name)],
+        lambda xs, n: [[xs[n - 1][0]] for _ in range(n)]),
+    "grouped_broadcast": (
+        lambda r, n: [(2,), (3, 1)],
+        lambda hvd, x, name: hvd.grouped_broadcast(x, root_rank=0, name=name),
+        lambda xs, n: [[xs[0][0], xs[0][1]] for _ in range(n)]),
+    "reducescatter_sum": (
+        lambda r, n: [(7, 2)],
+        lambda hvd, x, name: [hvd.reducescatter(x[0], op=hvd.Sum, name=name)],
+        lambda xs, n: [[_scatter(sum(x[0] for x in xs), q, n)] for q in range(n)]),
+    "reducescatter_average_scaled": (
+        lambda r, n: [(5,)],
+        lambda hvd, x, name: [hvd.reducescatter(x[0], op=hvd.Average, prescale_factor=2.0,
+                                                postscale_factor=0.5, name=name)],
+        lambda xs, n: [[_scatter(sum(x[0] for x in xs) / n, q, n)] for q in range(n)]),
+    "grouped_reducescatter": (
+        lambda r, n: [(3,), (6, 2)],
+        lambda hvd, x, name: hvd.grouped_reducescatter(x, op=hvd.Average, name=name),
+        lambda xs, n: [[_scatter(sum(x[0] for x in xs) / n, q, n), _scatter(sum(x[1] for x in xs) / n, q, n)]
+                       for q in range(n)]),
+    "alltoall_splits": (
+        lambda r, n: [(sum(_splits(r, n)), 2)],
+        lambda hvd, x, name: [hvd.alltoall(x[0], splits=_splits(hvd.rank(), hvd.size()), name=name)[0]],
+        lambda xs, n: [[_alltoall_np([x[0] for x in xs], [_splits(r, n) for r in range(n)], q)]
+                       for q in range(n)]),
+    "alltoall_equal": (
+        lambda r, n: [(2 * n,)],
+        lambda hvd, x, name: [hvd.alltoall(x[0], name=name)],
+        lambda xs, n: [[_alltoall_np([x[0] for x in xs], [[2] * n] * n, q)] for q in range(n)]),
+}
+
+
+def _problem(case, dtype, n):
+    """Every rank's inputs and weights for ``case``."""
+    shapes, _, model = CASES[case]
+    xs = [[rank_input(f"grad/{case}/x{i}", r, s, dtype) for i, s in enumerate(shapes(r, n))] for r in range(n)]
+    outs = model(xs, n)
+    ws = [[rank_input(f"grad/{case}/w{i}", q, np.shape(y), dtype) for i, y in enumerate(outs[q])]
+          for q in range(n)]
+    return xs, ws
+
+
+def _expected_grads(case, xs, ws, r, n):
+    """d(sum_q <w_q, C(x)_q>)/dx_r by unit steps through the numpy model (C is linear)."""
+    _, _, model = CASES[case]
+    zeros = [[np.zeros(np.shape(x), np.float64) for x in rank_xs] for rank_xs in xs]
+    grads = []
+    for i, x in enumerate(xs[r]):
+        g = np.zeros(np.shape(x), np.float64)
+        for e in np.ndindex(*np.shape(x)):
+            step = [[z.copy() for z in rank_zeros] for rank_zeros in zeros]
+            step[r][i][e] = 1.0
+            outs = model(step, n)
+            g[e] = sum(np.sum(np.asarray(w, np.float64) * y) for q in range(n) for w, y in zip(ws[q], outs[q]))
+        grads.append(g)
+    return grads
+
+
+def _tape_grads(hvd, case, x, w, name):
+    _, forward, _ = CASES[case]
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        ys = forward(hvd, x, name)
+        loss = tf.add_n([tf.reduce_sum(wi * y) for wi, y in zip(w, ys)])
+    return tape.gradient(loss, x)
+
+
+def _check(case, got, expected, dtype):
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g is not None, f"{case}: no gradient"
+        g = tf.convert_to_tensor(g).numpy()
+        assert g.shape == e.shape, f"{case}: gradient shape {g.shape} != {e.shape}"
+        np.testing.assert_allclose(g.astype(np.float64), e, rtol=1e-6, atol=1e-6, err_msg=case)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_gradient_eager(hvd, case, dtype):
+    n, r = hvd.size(), hvd.rank()
+    xs, ws = _problem(case, dtype, n)
+    x = [tf.constant(v) for v in xs[r]]
+    w = [tf.constant(v) for v in ws[r]]
+    got = _tape_grads(hvd, case, x, w, f"grad.eager/{case}/{dtype}")
+    _check(case, got, _expected_grads(case, xs, ws, r, n), dtype)
+
+
+_GATHER_CASES = ["allgather", "grouped_allgather"]
+ALLGATHER_GRAD_IN_FUNCTION_BUG = pytest.mark.xfail(
+    reason="kerashvd bug: in tf.function the allgather gradient fails with ValueError 'Cannot infer "
+           "argument `num` from shape (None,)': gradients._own_rows calls tf.split with the "
+           "allgathered first dimensions, whose length is unknown at trace time (pass num=size())",
+    strict=True)
+
+
+_BROADCAST_CASES = ["broadcast", "grouped_broadcast"]
+# The broadcast gradient's allreduce is pruned from the graph on non-root ranks (its result only
+# feeds tf.zeros_like there), so the root waits forever: a hang, not a failure, and a stall
+# shutdown would stop the engine for every later test. Reproduced, with a short stall shutdown,
+# by tests/test_errors_multiprocess.py::test_broadcast_gradient_in_tf_function_does_not_hang.
+BROADCAST_GRAD_IN_FUNCTION_HANGS = pytest.mark.skipif(
+    WORLD > 1, reason="kerashvd bug: broadcast gradient in tf.function hangs at size > 1 (see "
+                      "tests/test_errors_multiprocess.py)")
+
+
+@pytest.mark.parametrize("cases", [
+    pytest.param([c for c in CASES if c not in _GATHER_CASES + _BROADCAST_CASES], id="others"),
+    pytest.param(_GATHER_CASES, id="allgather", marks=ALLGATHER_GRAD_IN_FUNCTION_BUG),
+    pytest.param(_BROADCAST_CASES, id="broadcast", marks=BROADCAST_GRAD_IN_FUNCTION_HANGS),
+])
+def test_gradients_in_tf_function(hvd, cases):
+    """The cases' gradients in one traced function (float32)."""
+    n, r = hvd.size(), hvd.rank()
+    problems = {case: _problem(case, "float32", n) for case in cases}
+
+    @tf.function
+    def all_grads(x_by_case, w_by_case):
+        return {case: _tape_grads(hvd, case, x_by_case[case], w_by_case[case], f"grad.fn/{case}")
+                for case in cases}
+
+    got = all_grads({c: [tf.constant(v) for v in p[0][r]] for c, p in problems.items()},
+                    {c: [tf.constant(v) for v in p[1][r]] for c, p in problems.items()})
+    for case, (xs, ws) in problems.items():
+        _check(case, got[case], _expected_grads(case, xs, ws, r, n), "float32")
+
+
+def test_gradient_through_a_nonlinear_model(hvd):
+    """Chain rule around the collective: loss_r = sum(w_r * allreduce(x_r ** 2)) / size."""
+    n, r = hvd.size(), hvd.rank()
+    x = tf.Variable(rank_input("grad.chain.x", r, (4,), "float64"))
+    w = [rank_input("grad.chain.w", q, (4,), "float64") for q in range(n)]
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(w[r] * hvd.allreduce(x * x, op=hvd.Average, name="grad.chain")) / n
+    got = tape.gradient(loss, x)
+    expected = 2 * x.numpy() * np.sum(w, axis=0) / n / n
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12)
