@@ -1,0 +1,330 @@
+"""DistributedOptimizer for Keras 3: averages gradients across ranks, then applies them.
+
+Built by composition, the way Keras' own ``LossScaleOptimizer`` is: the wrapper is a
+``keras.optimizers.Optimizer`` that holds the user's optimizer (``inner_optimizer``),
+overrides ``build`` and ``apply``, and delegates ``learning_rate``, ``iterations``,
+``variables``, ``scale_loss`` and serialization to it. ``Model.fit`` calls
+``optimizer.apply_gradients(zip(grads, vars))`` inside its compiled train function, which
+reaches :meth:`DistributedOptimizer.apply`: reduce across ranks (see ``reduction``), then
+``inner_optimizer.apply``.
+
+Mixed precision, and why the order matters: a ``LossScaleOptimizer`` skips a step when its
+gradients are not finite. If it sat outside the allreduce, a rank with an inf would skip the
+step, and with it the collective the other ranks are waiting in. So the allreduce must come
+first, on the scaled gradients: an inf or NaN on any rank becomes an inf or NaN in the sum on
+every rank, and every rank takes the same decision. ``DistributedOptimizer(
+LossScaleOptimizer(opt))`` gives that order; the wrapper is then itself an instance of
+``LossScaleOptimizer`` (see :class:`DistributedLossScaleOptimizer`), so ``compile()`` under a
+``mixed_float16`` policy does not wrap it a second time. The other order, which ``compile()``
+builds when given a plain ``DistributedOptimizer`` under ``mixed_float16``, is detected at
+the first step and refused with an error that shows the fix.
+"""
+
+import sys
+
+import keras
+import tensorflow as tf
+from keras.optimizers import LossScaleOptimizer
+
+from ..compression import BF16Compressor, Compression, FP16Compressor, NoneCompressor
+from ..reduce_ops import Average
+from .aggregation import LocalAggregator
+from .reduction import GradientReducer, check_not_xla
+
+_KerasOptimizer = keras.optimizers.Optimizer
+_COMPRESSION_NAMES = {NoneCompressor: "none", FP16Compressor: "fp16", BF16Compressor: "bf16"}
+
+
+def _is_tf_keras_optimizer(optimizer):
+    tf_keras = sys.modules.get("tf_keras")
+    return tf_keras is not None and isinstance(optimizer, tf_keras.optimizers.Optimizer)
+
+
+def _accumulation_steps(optimizer):
+    while optimizer is not None:
+        if getattr(optimizer, "gradient_accumulation_steps", None):
+            return optimizer.gradient_accumulation_steps
+        optimizer = getattr(optimizer, "inner_optimizer", None)
+    return None
+
+
+@keras.saving.register_keras_serializable(package="kerashvd", name="DistributedOptimizer")
+class DistributedOptimizer(_KerasOptimizer):
+    """An optimizer that averages gradients over all ranks before applying them.
+
+    Wraps a Keras 3 optimizer (or, given a ``tf_keras`` optimizer, returns the Keras 2 adapter
+    ``kerashvd.optimizer.keras2.DistributedOptimizer`` with the same arguments). Every rank
+    must call it with the same variables in the same order, once per batch.
+
+    Args:
+        optimizer: the ``keras.optimizers.Optimizer`` to wrap. Wrap a
+            ``keras.optimizers.LossScaleOptimizer`` for mixed precision (see below).
+        name: name of the wrapper and prefix of its collectives' names (which ranks match
+            them by). Default: ``"Distributed" + type(optimizer).__name__``. Give distinct
+            names to optimizers that step at the same time (e.g. a GAN's two).
+        device_dense, device_sparse: accepted for Horovod compatibility; unused.
+        compression: ``kerashvd.Compression.none`` (default), ``.fp16`` or ``.bf16``, applied
+            to dense gradients on the wire.
+        sparse_as_dense: densify ``tf.IndexedSlices`` gradients (embeddings) and allreduce
+            them, instead of allgathering their rows.
+        backward_passes_per_step: k >= 1. Gradients of k consecutive calls are summed locally
+            and communicated and applied on every k-th call only (k-1 of k calls issue no
+            collective). The inner optimizer's ``iterations`` advance once per applied update.
+        op: ``kerashvd.Average`` (default) or ``kerashvd.Sum``.
+        gradient_predivide_factor: with ``op=Average``, gradients are divided by this before
+            the sum and by ``size() / factor`` after it (Horovod's semantics).
+        average_aggregated_gradients: with ``backward_passes_per_step > 1``, divide the
+            local sum of the k gradients by k (default False: the sum, as in Horovod).
+        num_groups: cut the dense gradients into this many groups, one fused collective per
+            group and dtype. Default 0: one collective per dtype.
+        groups: an int (as ``num_groups``) or a list of lists of variables, each list one
+            group; variables in no list form a group each. Not serialized by ``get_config``.
+
+    Raises:
+        TypeError: when ``optimizer`` is not a Keras optimizer.
+        ValueError: for an invalid argument, or an inner optimizer with
+            ``gradient_accumulation_steps`` (use ``backward_passes_per_step`` instead: Keras'
+            accumulation would still communicate on every step).
+
+    Example:
+
+    >>> import keras, kerashvd as hvd
+    >>> hvd.init()
+    >>> opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size()))
+    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    >>> model.compile(optimizer=opt, loss="mse")  # jit_compile must stay False (see Raises)
+
+    Mixed precision (``keras.mixed_precision.set_global_policy("mixed_float16")``): pass
+    ``hvd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(opt))``. Gradients are
+    reduced while still scaled, so every rank sees the same inf/NaN and skips the same steps.
+    Keras' automatic wrapping of a plain ``DistributedOptimizer`` would put the check first;
+    that order raises ``ValueError`` at the first step.
+
+    XLA: kerashvd's collectives have no XLA kernel; ``apply`` raises ``ValueError`` telling you
+    to pass ``jit_compile=False`` to ``compile()`` when traced inside an XLA-compiled function.
+    """
+
+    def __new__(cls, optimizer=None, *args, **kwargs):
+        if _is_tf_keras_optimizer(optimizer):
+            from .keras2 import DistributedOptimizer as Keras2DistributedOptimizer
+            return Keras2DistributedOptimizer(optimizer, *args, **kwargs)
+        if cls is DistributedOptimizer and isinstance(optimizer, LossScaleOptimizer):
+            cls = DistributedLossScaleOptimizer
+        return super().__new__(cls)
+
+    def __init__(self, optimizer, name=None, device_dense="", device_sparse="",
+                 compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
+                 op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
+                 num_groups=0, groups=None):
+        if not isinstance(optimizer, _KerasOptimizer):
+            raise TypeError("DistributedOptimizer wraps a keras.optimizers.Optimizer (Keras 3) "
+                            "or a tf_keras.optimizers.Optimizer (Keras 2); received "
+                            f"optimizer={optimizer!r} of type {type(optimizer).__name__}")
+        if isinstance(optimizer, DistributedOptimizer):
+            raise ValueError("The optimizer is already a DistributedOptimizer; wrap it once. "
+                             f"Received optimizer={optimizer.name!r}")
+        steps = _accumulation_steps(optimizer)
+        if steps:
+            raise ValueError(
+                "DistributedOptimizer does not support an inner optimizer with Keras' "
+                f"gradient_accumulation_steps (received gradient_accumulation_steps={steps}): "
+                "it would communicate on every step. Create the optimizer without it and pass "
+                f"backward_passes_per_step={steps}, average_aggregated_gradients=True to "
+                "DistributedOptimizer instead.")
+        if (not isinstance(backward_passes_per_step, int) or isinstance(backward_passes_per_step, bool)
+                or backward_passes_per_step < 1):
+            raise ValueError("backward_passes_per_step must be an int >= 1; received "
+                             f"backward_passes_per_step={backward_passes_per_step!r}")
+        if name is None:
+            name = "Distributed" + type(optimizer).__name__
+        # Not super().__init__: for DistributedLossScaleOptimizer the next class in the MRO is
+        # LossScaleOptimizer, whose constructor builds a second loss-scaling state.
+        _KerasOptimizer.__init__(self, learning_rate=0.0, name=name)
+        self.inner_optimizer = optimizer
+        self.device_dense = device_dense
+        self.device_sparse = device_sparse
+        self.backward_passes_per_step = backward_passes_per_step
+        self.average_aggregated_gradients = bool(average_aggregated_gradients)
+        self._reducer = GradientReducer(name, compression, sparse_as_dense, op,
+                                        gradient_predivide_factor, num_groups, groups)
+        self._aggregator = (LocalAggregator(backward_passes_per_step, average_aggregated_gradients)
+                            if backward_passes_per_step > 1 else None)
+        self._order_checked = False
+
+    # -- configuration, read back from the reducer ---------------------------------------
+    compression = property(lambda self: self._reducer.compression)
+    sparse_as_dense = property(lambda self: self._reducer.sparse_as_dense)
+    op = property(lambda self: self._reducer.op)
+    gradient_predivide_factor = property(lambda self: self._reducer.gradient_predivide_factor)
+    num_groups = property(lambda self: self._reducer.num_groups)
+    groups = property(lambda self: self._reducer.groups)
+
+    # -- the optimizer protocol -----------------------------------------------------------
+    def build(self, var_list):
+        """Builds the inner optimizer (unless built) and the local accumulators."""
+        var_list = list(var_list)
+        if not self.inner_optimizer.built:
+            self.inner_optimizer.build(var_list)
+        if self._aggregator is not None:
+            self._aggregator.build(var_list)
+        # The base class records the variables (apply() without variables needs them).
+        _KerasOptimizer.build(self, var_list)
+
+    @tf.autograph.experimental.do_not_convert
+    def apply(self, grads, trainable_variables=None):
+        """Reduces ``grads`` across ranks and applies them with the inner optimizer.
+
+        Args:
+            grads: gradients (tensors, ``tf.IndexedSlices`` or None), one per variable.
+            trainable_variables: the variables; may be omitted once built.
+
+        Raises:
+            ValueError: inside an XLA-compiled function, or when a ``LossScaleOptimizer``
+                wraps this optimizer (see the class docstring).
+        """
+        check_not_xla("kerashvd.DistributedOptimizer")
+        self._check_not_wrapped_by_loss_scaling()
+        grads = list(grads)
+        if not grads:
+            return
+        if trainable_variables is None:
+            if not self.built:
+                raise ValueError("DistributedOptimizer.apply() without variables needs a built "
+                                 "optimizer: call optimizer.build(variables) first")
+            trainable_variables = self._trainable_variables
+        trainable_variables = list(trainable_variables)
+        if len(grads) != len(trainable_variables):
+            raise ValueError(f"Received {len(grads)} gradients for {len(trainable_variables)} "
+                             "variables; pass one gradient (or None) per variable")
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+            self.built = True
+
+        def reduce_and_apply(local_grads):
+            reduced = self._reducer.reduce(local_grads, trainable_variables)
+            self.inner_optimizer.apply(reduced, trainable_variables)
+
+        if self._aggregator is None:
+            reduce_and_apply(grads)
+        else:
+            self._aggregator(grads, reduce_and_apply)
+
+    @tf.autograph.experimental.do_not_convert
+    def apply_gradients(self, grads_and_vars):
+        """Same as ``apply(grads, vars)``. Returns the inner optimizer's ``iterations``."""
+        grads_and_vars = list(grads_and_vars)
+        if grads_and_vars:
+            grads, variables = zip(*grads_and_vars)
+            self.apply(grads, variables)
+        return self.iterations
+
+    def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+        raise NotImplementedError("DistributedOptimizer runs on the TensorFlow backend, which "
+                                  "has no stateless_apply; use apply()")
+
+    def _check_not_wrapped_by_loss_scaling(self):
+        """Refuses ``LossScaleOptimizer(DistributedOptimizer(...))`` (see the module doc).
+
+        The outer optimizer calls our ``apply`` from one of its methods, so its frame holds
+        ``self`` with ``inner_optimizer is self``. Checked once, at the first call or trace.
+        """
+        if self._order_checked:
+            return
+        frame = sys._getframe(2)
+        for _ in range(40):
+            if frame is None:
+                break
+            owner = frame.f_locals.get("self")
+            if (owner is not self and isinstance(owner, LossScaleOptimizer)
+                    and getattr(owner, "inner_optimizer", None) is self):
+                raise ValueError(
+                    "A keras.optimizers.LossScaleOptimizer wraps this DistributedOptimizer, so "
+                    "each rank would decide alone whether to skip a non-finite step, and ranks "
+                    "would stop meeting at the allreduce. Put the loss scaling inside instead: "
+                    "hvd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(optimizer)). "
+                    "compile() then keeps it as it is (mixed_float16 wraps only optimizers that "
+                    "are not LossScaleOptimizers).")
+            frame = frame.f_back
+        self._order_checked = True
+
+    # -- delegation to the inner optimizer ------------------------------------------------
+    @property
+    def variables(self):
+        return self._variables[:] + self.inner_optimizer.variables
+
+    @property
+    def learning_rate(self):
+        return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, learning_rate):
+        self.inner_optimizer.learning_rate = learning_rate
+
+    @property
+    def iterations(self):
+        return self.inner_optimizer.iterations
+
+    def scale_loss(self, loss):
+        """Scales the loss as the inner optimizer does (loss scaling), before gradients."""
+        return self.inner_optimizer.scale_loss(loss)
+
+    def finalize_variable_values(self, var_list):
+        self.inner_optimizer.finalize_variable_values(var_list)
+
+    # -- serialization --------------------------------------------------------------------
+    def get_config(self):
+        """Returns the wrapper's arguments and the inner optimizer's serialized config.
+
+        ``groups`` given as lists of variables cannot be serialized and are left out (a
+        reloaded optimizer groups by dtype unless given ``groups`` again).
+
+        Raises:
+            ValueError: for a custom compressor, which has no serializable name.
+        """
+        compression = _COMPRESSION_NAMES.get(self.compression)
+        if compression is None:
+            raise ValueError("Cannot serialize DistributedOptimizer with the custom compression "
+                             f"{self.compression.__name__}; only Compression.none, .fp16 and "
+                             ".bf16 have names")
+        return {
+            "name": self.name,
+            "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
+            "compression": compression,
+            "sparse_as_dense": self.sparse_as_dense,
+            "backward_passes_per_step": self.backward_passes_per_step,
+            "op": self.op,
+            "gradient_predivide_factor": self.gradient_predivide_factor,
+            "average_aggregated_gradients": self.average_aggregated_gradients,
+            "num_groups": self.num_groups,
+        }
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        """Rebuilds the wrapper and its inner optimizer from :meth:`get_config`'s output."""
+        config = dict(config)
+        inner = keras.saving.deserialize_keras_object(config.pop("optimizer"),
+                                                      custom_objects=custom_objects)
+        compression = config.pop("compression", "none")
+        config["compression"] = getattr(Compression, compression) if isinstance(compression, str) \
+            else compression
+        return DistributedOptimizer(inner, **config)
+
+
+@keras.saving.register_keras_serializable(package="kerashvd",
+                                          name="DistributedLossScaleOptimizer")
+class DistributedLossScaleOptimizer(DistributedOptimizer, LossScaleOptimizer):
+    """The :class:`DistributedOptimizer` of a ``LossScaleOptimizer``; never built directly.
+
+    ``hvd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(opt))`` returns one. It
+    behaves exactly as a ``DistributedOptimizer`` (every method comes from it) and is also a
+    ``LossScaleOptimizer``, only so that ``Model.compile()`` under a ``mixed_float16`` policy
+    recognizes the loss scaling and does not add a second ``LossScaleOptimizer`` outside the
+    allreduce. The loss-scaling state lives in the inner optimizer; the attributes Keras
+    reads on a ``LossScaleOptimizer`` are forwarded to it.
+    """
+
+    dynamic_scale = property(lambda self: self.inner_optimizer.dynamic_scale)
+    step_counter = property(lambda self: self.inner_optimizer.step_counter)
+    initial_scale = property(lambda self: self.inner_optimizer.initial_scale)
+    dynamic_growth_steps = property(lambda self: self.inner_optimizer.dynamic_growth_steps)

@@ -1,0 +1,79 @@
+"""Reload a saved Keras model with its optimizer wrapped in a DistributedOptimizer."""
+
+import inspect
+
+import keras
+
+from .optimizer.keras3 import DistributedOptimizer
+
+_WRAPPER_ARGS = tuple(p for p in inspect.signature(DistributedOptimizer.__init__).parameters
+                      if p not in ("self", "optimizer"))
+
+
+def load_model(filepath, custom_objects=None, compile=True, **distributed_optimizer_kwargs):
+    """Loads a ``.keras`` model and wraps its optimizer in a :class:`DistributedOptimizer`.
+
+    The optimizer keeps the state it was saved with (``iterations``, Adam's moments ...):
+    the state is loaded into the saved optimizer, which then becomes the wrapper's inner
+    optimizer. A model saved with a ``DistributedOptimizer`` comes back with one (its saved
+    settings, overridden by ``distributed_optimizer_kwargs``); a model saved with a plain
+    optimizer gets one built from ``distributed_optimizer_kwargs``. ``keras.saving.load_model``
+    alone also restores a saved ``DistributedOptimizer``, since the class is registered as a
+    Keras serializable.
+
+    Every rank can load the same file; to start all ranks from rank 0's state after loading
+    on one rank only, broadcast the weights and optimizer variables (e.g. with the broadcast
+    callback, or ``kerashvd.broadcast_variables(model.variables + opt.variables, 0)``).
+
+    Args:
+        filepath: path of a ``.keras`` file.
+        custom_objects: as for ``keras.saving.load_model``.
+        compile: load the training configuration; with False the model is returned as
+            Keras loads it, without an optimizer.
+        **distributed_optimizer_kwargs: arguments of :class:`DistributedOptimizer` (all but
+            ``optimizer``), e.g. ``compression=hvd.Compression.fp16``.
+
+    Returns:
+        The model, compiled with a ``DistributedOptimizer`` when ``compile`` is True and the
+        file holds a training configuration.
+
+    Raises:
+        TypeError: for an argument that ``DistributedOptimizer`` does not take.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> model = hvd.load_model("model.keras", backward_passes_per_step=2)
+    >>> isinstance(model.optimizer, hvd.DistributedOptimizer)
+    True
+    """
+    unknown = sorted(set(distributed_optimizer_kwargs) - set(_WRAPPER_ARGS))
+    if unknown:
+        raise TypeError(f"load_model() got arguments DistributedOptimizer does not take: "
+                        f"{unknown}; it takes {list(_WRAPPER_ARGS)}")
+    model = keras.saving.load_model(filepath, custom_objects=custom_objects, compile=compile)
+    optimizer = getattr(model, "optimizer", None)
+    if not compile or optimizer is None:
+        return model
+    if isinstance(optimizer, DistributedOptimizer):
+        if not distributed_optimizer_kwargs:
+            return model
+        settings = optimizer.get_config()
+        settings.pop("optimizer")
+        settings["compression"] = optimizer.compression
+        settings.update(distributed_optimizer_kwargs)
+        optimizer = optimizer.inner_optimizer
+    else:
+        settings = distributed_optimizer_kwargs
+    wrapped = DistributedOptimizer(optimizer, **settings)
+    _recompile(model, wrapped)
+    return model
+
+
+def _recompile(model, optimizer):
+    """Compiles ``model`` again as it was compiled, with ``optimizer`` (already stateful)."""
+    config = keras.saving.deserialize_keras_object(model.get_compile_config())
+    config["optimizer"] = optimizer
+    model.compile(**config)
+    if model.built:
+        optimizer.build(model.trainable_variables)

@@ -1,0 +1,82 @@
+"""DistributedGradientTape: a ``tf.GradientTape`` whose ``gradient()`` averages over ranks."""
+
+import tensorflow as tf
+
+from .compression import Compression
+from .optimizer.reduction import GradientReducer, check_not_xla
+from .reduce_ops import Average
+
+
+class DistributedGradientTape:
+    """Wraps a ``tf.GradientTape`` so that ``gradient()`` returns gradients reduced over ranks.
+
+    Built by composition: everything but ``gradient`` (``watch``, ``jacobian``,
+    ``stop_recording``, ``with`` ...) goes to the wrapped tape. The reduction is the one
+    :class:`kerashvd.DistributedOptimizer` uses: one fused allreduce per dtype (or per group),
+    ``tf.IndexedSlices`` allgathered unless ``sparse_as_dense``, None gradients kept.
+
+    Args:
+        tape: the ``tf.GradientTape`` that recorded the forward pass.
+        device_dense, device_sparse: accepted for Horovod compatibility; unused.
+        compression: ``kerashvd.Compression.none`` (default), ``.fp16`` or ``.bf16``.
+        sparse_as_dense: densify ``tf.IndexedSlices`` gradients before reducing them.
+        op: ``kerashvd.Average`` (default) or ``kerashvd.Sum``.
+        gradient_predivide_factor: with ``op=Average``, divide by this before the sum and
+            by ``size() / factor`` after it.
+        num_groups: cut the dense gradients into this many groups (0: one per dtype).
+        groups: an int (as ``num_groups``) or a list of lists of variables.
+        name: prefix of the collectives' names (kerashvd extension; default
+            ``"DistributedGradientTape"``). Tapes whose ``gradient()`` calls run at the same
+            time need distinct names.
+
+    Raises:
+        ValueError: for an invalid argument. ``gradient()`` raises ValueError inside an
+            XLA-compiled function (kerashvd's collectives have no XLA kernel).
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> hvd.init()
+    >>> w = tf.Variable([1.0, 2.0])
+    >>> with tf.GradientTape() as tape:
+    ...     loss = tf.reduce_sum(w * float(hvd.rank() + 1))
+    >>> tape = hvd.DistributedGradientTape(tape)
+    >>> tape.gradient(loss, [w])[0].numpy()  # mean of 1..size() on every rank
+    """
+
+    def __init__(self, tape, device_dense="", device_sparse="", compression=Compression.none,
+                 sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                 groups=None, name=None):
+        if not isinstance(tape, tf.GradientTape):
+            raise TypeError("DistributedGradientTape wraps a tf.GradientTape; received "
+                            f"{type(tape).__name__}")
+        self._tape = tape
+        self._reducer = GradientReducer(name or "DistributedGradientTape", compression,
+                                        sparse_as_dense, op, gradient_predivide_factor,
+                                        num_groups, groups)
+
+    @tf.autograph.experimental.do_not_convert
+    def gradient(self, target, sources, output_gradients=None,
+                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+        """Computes the gradients as ``tf.GradientTape.gradient`` does, then reduces them.
+
+        Returns:
+            The reduced gradients, in the structure of ``sources``.
+        """
+        check_not_xla("kerashvd.DistributedGradientTape")
+        grads = self._tape.gradient(target, sources, output_gradients=output_gradients,
+                                    unconnected_gradients=unconnected_gradients)
+        flat_sources = tf.nest.flatten(sources, expand_composites=False)
+        flat_grads = tf.nest.flatten(grads, expand_composites=False)
+        reduced = self._reducer.reduce(flat_grads, flat_sources)
+        return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False)
+
+    def __enter__(self):
+        self._tape.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        return self._tape.__exit__(exc_type, exc_value, traceback)
+
+    def __getattr__(self, name):
+        return getattr(self._tape, name)

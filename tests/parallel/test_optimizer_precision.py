@@ -1,0 +1,60 @@
+"""Mixed precision with DistributedOptimizer: every rank skips the same non-finite steps."""
+
+import contextlib
+
+import numpy as np
+import pytest
+
+import keras
+
+from test_optimizer import BATCH, assert_identical_on_all_ranks, make_data, make_model
+
+
+@contextlib.contextmanager
+def mixed_float16():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_inf_on_one_rank_makes_every_rank_skip_the_step(hvd):
+    x, y, _, _ = make_data(hvd, steps=2)
+    if hvd.rank() == 0:
+        x[0, 0] = np.inf  # only rank 0's first batch: its gradients are not finite
+    with mixed_float16():
+        model = make_model()
+        start = model.get_weights()
+        opt = hvd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(
+            keras.optimizers.SGD(0.05), initial_scale=2.0 ** 10))
+        model.compile(optimizer=opt, loss="mse")
+        assert model.optimizer is opt  # compile() did not add a LossScaleOptimizer outside
+        assert isinstance(opt, keras.optimizers.LossScaleOptimizer)
+
+        model.fit(x[:BATCH], y[:BATCH], batch_size=BATCH, shuffle=False, verbose=0)
+        # Step 1 was skipped on every rank: no update, the loss scale halved everywhere.
+        assert int(opt.iterations) == 0
+        assert float(opt.dynamic_scale.numpy()) == 2.0 ** 9
+        for w, s in zip(model.get_weights(), start):
+            assert np.array_equal(w, s)
+
+        model.fit(x[BATCH:], y[BATCH:], batch_size=BATCH, shuffle=False, verbose=0)
+        assert int(opt.iterations) == 1
+        assert float(opt.dynamic_scale.numpy()) == 2.0 ** 9
+    weights = model.get_weights()
+    assert all(np.isfinite(w).all() for w in weights)
+    assert any(not np.array_equal(w, s) for w, s in zip(weights, start))
+    assert_identical_on_all_ranks(hvd, weights, "mixed_precision")
+
+
+def test_loss_scaling_outside_the_allreduce_is_refused(hvd):
+    x, y, _, _ = make_data(hvd, steps=1)
+    with mixed_float16():
+        model = make_model()
+        model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05)), loss="mse")
+        # compile() wrapped it: LossScaleOptimizer(DistributedOptimizer(SGD)), the unsafe order.
+        assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+        with pytest.raises(ValueError, match=r"DistributedOptimizer\(keras.optimizers."
+                                             r"LossScaleOptimizer\(optimizer\)\)"):
+            model.fit(x, y, batch_size=BATCH, verbose=0)

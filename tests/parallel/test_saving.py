@@ -1,0 +1,108 @@
+"""Serialization of DistributedOptimizer and kerashvd.load_model, at any world size."""
+
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+
+import keras
+import tensorflow as tf
+
+from test_optimizer import BATCH, assert_identical_on_all_ranks, make_data, make_model
+
+
+@pytest.fixture
+def rank_dir(hvd):
+    """A directory of this rank's own (pytest's tmp_path is not safe across mpiexec ranks)."""
+    path = tempfile.mkdtemp(prefix=f"khvd_saving_r{hvd.rank()}_")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_get_config_round_trip(hvd):
+    opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.01, beta_1=0.8), name="roundtrip",
+                                   compression=hvd.Compression.fp16, sparse_as_dense=True,
+                                   backward_passes_per_step=3, op=hvd.Average,
+                                   gradient_predivide_factor=2.0,
+                                   average_aggregated_gradients=True, num_groups=2)
+    config = opt.get_config()
+    for again in (hvd.DistributedOptimizer.from_config(config),
+                  keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(opt))):
+        assert type(again) is hvd.DistributedOptimizer
+        assert again.get_config() == config
+        assert again.compression is hvd.Compression.fp16
+        assert isinstance(again.inner_optimizer, keras.optimizers.Adam)
+        assert again.inner_optimizer.beta_1 == 0.8
+        assert float(again.learning_rate) == pytest.approx(0.01)
+
+    scaled = hvd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.SGD(0.1), initial_scale=64.0))
+    again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(scaled))
+    assert type(again) is type(scaled)
+    assert isinstance(again, keras.optimizers.LossScaleOptimizer)
+    assert again.inner_optimizer.initial_scale == 64.0
+
+
+def _trained_model(hvd, optimizer, x, y):
+    model = make_model()
+    model.compile(optimizer=optimizer, loss="mse")
+    model.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
+    return model
+
+
+def _adam_state(optimizer):
+    """The Adam optimizer's variables: iterations, learning rate, moments."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    return [v.numpy() for v in inner.variables]
+
+
+def test_load_model_restores_the_wrapped_optimizer_with_its_state(hvd, rank_dir):
+    x, y, _, _ = make_data(hvd, steps=3)
+    first, rest = slice(0, 2 * BATCH), slice(2 * BATCH, None)
+    model = _trained_model(hvd, hvd.DistributedOptimizer(keras.optimizers.Adam(0.05)),
+                           x[first], y[first])
+    path = os.path.join(rank_dir, "wrapped.keras")
+    model.save(path)
+
+    # keras.saving.load_model alone: the class is a registered Keras serializable.
+    plain_load = keras.saving.load_model(path)
+    assert isinstance(plain_load.optimizer, hvd.DistributedOptimizer)
+    assert int(plain_load.optimizer.iterations) == 2
+
+    reloaded = hvd.load_model(path, compression=hvd.Compression.none)
+    opt = reloaded.optimizer
+    assert isinstance(opt, hvd.DistributedOptimizer)
+    assert int(opt.iterations) == 2
+    for a, b in zip(_adam_state(opt), _adam_state(model.optimizer)):
+        np.testing.assert_array_equal(a, b)
+
+    # Training on from the reloaded state (fit) equals training on without saving (an eager
+    # step of the original model through its own DistributedOptimizer).
+    reloaded.fit(x[rest], y[rest], batch_size=BATCH, shuffle=False, verbose=0)
+    with tf.GradientTape() as tape:
+        loss = keras.losses.MeanSquaredError()(y[rest], model(x[rest]))
+    model.optimizer.apply(tape.gradient(loss, model.trainable_variables),
+                          model.trainable_variables)
+    assert int(opt.iterations) == 3
+    for a, b in zip(reloaded.get_weights(), model.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+    assert_identical_on_all_ranks(hvd, reloaded.get_weights(), "reloaded")
+
+
+def test_load_model_wraps_a_plain_optimizer_and_keeps_its_state(hvd, rank_dir):
+    x, y, _, _ = make_data(hvd, steps=2)
+    model = _trained_model(hvd, keras.optimizers.Adam(0.05), x, y)  # local training
+    path = os.path.join(rank_dir, "plain.keras")
+    model.save(path)
+
+    reloaded = hvd.load_model(path, backward_passes_per_step=2, average_aggregated_gradients=True)
+    opt = reloaded.optimizer
+    assert isinstance(opt, hvd.DistributedOptimizer)
+    assert opt.backward_passes_per_step == 2
+    assert int(opt.iterations) == 2
+    for a, b in zip(_adam_state(opt), _adam_state(model.optimizer)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError, match="does not take"):
+        hvd.load_model(path, learning_rate=0.1)
