@@ -9,18 +9,21 @@ every built-in metric) and ``result()`` is read from the global state.
 
 Where to hook (Keras 3 TF trainer, ``Model.evaluate``, also used by ``fit`` for ``val_*``)::
 
-    callbacks.on_test_begin(); model.reset_metrics()
-    for each batch: on_test_batch_begin; test_function (update states); on_test_batch_end
+    model.make_test_function(); callbacks.on_test_begin(); model.reset_metrics()
+    for each batch: on_test_batch_begin; model.test_function(it) (update states);
+                    on_test_batch_end     # not reached when the iterator runs dry mid-batch
     logs = pythonify_logs(model._get_metrics_result_or_logs(logs))  # -> get_metrics_result()
     callbacks.on_test_end(logs)   # too late: logs are computed, and CallbackList passes a copy
     return logs                   # fit prefixes these with "val_"
 
 The only call between the last batch and the read is the public, overridable
-``Model.get_metrics_result()``. The callback wraps it on the model instance from
-``on_test_begin`` to ``on_test_end`` and reduces the states on the first call made eagerly
-outside a batch, i.e. the read after the loop (the same method also runs inside every traced
-or eager ``test_step``, where it passes through). Ranks may run different numbers of batches:
-the reduction is issued once per evaluation, after each rank's own loop.
+``Model.get_metrics_result()``. From ``on_test_begin`` to ``on_test_end`` the callback wraps it,
+and ``model.test_function``, on the model instance: the states are reduced at the first
+``get_metrics_result()`` call made eagerly outside ``test_function`` -- the read after the loop.
+Calls inside a step (traced, or eager with ``run_eagerly=True``) pass through. Batch hooks
+are not used: a dataset of unknown size (or an empty shard) ends with an ``on_test_batch_begin``
+that has no ``on_test_batch_end``. Ranks may run different numbers of batches: the reduction
+is issued once per evaluation, after each rank's own loop.
 """
 
 import keras
@@ -64,28 +67,22 @@ class DistributedValidationCallback(keras.callbacks.Callback):
 
     def __init__(self):
         super().__init__()
-        self._active = False
-        self._in_batch = False
+        self._active = False  # between on_test_begin and on_test_end
+        self._in_step = False  # inside model.test_function
         self._reduced = False
-        self._wrapper = None
+        self._installed = None  # (model, get_metrics_result wrapper, test_function wrapper)
 
     def on_test_begin(self, logs=None):
         model = self.model
         if not isinstance(model, keras.Model):
             raise TypeError(f"{type(self).__name__} needs a Keras 3 keras.Model; received "
                             f"{type(model).__name__}")
-        self._active, self._in_batch, self._reduced = True, False, False
+        self._active, self._in_step, self._reduced = True, False, False
         self._install(model)
-
-    def on_test_batch_begin(self, batch, logs=None):
-        self._in_batch = True
-
-    def on_test_batch_end(self, batch, logs=None):
-        self._in_batch = False
 
     def on_test_end(self, logs=None):
         self._active = False
-        self._uninstall(self.model)
+        self._uninstall()
         if not self._reduced:
             raise RuntimeError(
                 f"{type(self).__name__}: the model's metrics were not read after the validation "
@@ -93,22 +90,37 @@ class DistributedValidationCallback(keras.callbacks.Callback):
                 "fit/evaluate (which read them with Model.get_metrics_result()).")
 
     def _install(self, model):
-        self._uninstall(model)
-        original = model.get_metrics_result
+        self._uninstall()
+        original_result = model.get_metrics_result
+        original_step = getattr(model, "test_function", None)
 
         def get_metrics_result():
-            if self._active and not self._in_batch and not self._reduced and tf.executing_eagerly():
+            if self._active and not self._in_step and not self._reduced and tf.executing_eagerly():
                 self._reduced = True
                 reduce_metric_states(model.metrics, name="callbacks.distributed_validation")
-            return original()
+            return original_result()
 
-        self._wrapper = get_metrics_result
+        def test_function(*args, **kwargs):
+            self._in_step = True
+            try:
+                return original_step(*args, **kwargs)
+            finally:
+                self._in_step = False
+
         model.get_metrics_result = get_metrics_result
+        if original_step is not None:
+            model.test_function = test_function
+        self._installed = (model, get_metrics_result, test_function, original_step)
 
-    def _uninstall(self, model):
-        if self._wrapper is not None and model.__dict__.get("get_metrics_result") is self._wrapper:
+    def _uninstall(self):
+        if self._installed is None:
+            return
+        model, result_wrapper, step_wrapper, original_step = self._installed
+        self._installed = None
+        if model.__dict__.get("get_metrics_result") is result_wrapper:
             del model.get_metrics_result
-        self._wrapper = None
+        if getattr(model, "test_function", None) is step_wrapper:
+            model.test_function = original_step
 
 
 def reduce_metric_states(metrics, name="metric_states"):
