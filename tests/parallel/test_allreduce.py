@@ -11,8 +11,8 @@ import tensorflow as tf
 from _reference import (FLOAT_DTYPES, HALF_DTYPES, OPS, REDUCE_DTYPES, ZERO_SIZE_BUG, all_inputs,
                         assert_matches, rank_input, reduce_reference, shape_id)
 
-# Counts 1, 7, 13 (divides by none of 2, 3, 4), 12 (divides by all) and 15 as a 2-D shape.
-SHAPES = [(), (1,), (7,), (12,), (13,), (3, 5)]
+# Counts 1 (as a scalar and as a vector), 7, 13 (divides by none of 2, 3, 4) and 15 as a 2-D shape.
+SHAPES = [(), (1,), (7,), (13,), (3, 5)]
 # 0-element shapes have their own test below (one per dtype, every op) while the engine bug
 # ZERO_SIZE_BUG stands: an xfailing grid of them would cost ~0.2 s of CPU per case and rank.
 # Once fixed, they can join SHAPES.
@@ -167,29 +167,31 @@ def test_allreduce_indexed_slices(hvd):
 
 # --- inside tf.function ---------------------------------------------------------------------
 
-FN_SHAPES = [(), (7,), (3, 5)]
-
-
 def test_allreduce_in_tf_function(hvd):
-    """Every dtype, op and a few shapes in one traced function, plus a grouped allreduce per dtype."""
+    """Every dtype and op in one traced function, plus a grouped allreduce per dtype.
+
+    (Tracing costs ~10-30 ms per collective on a busy CI machine, so shapes are few here; the
+    eager grid above covers them.)
+    """
     n, r = hvd.size(), hvd.rank()
-    cases = [(d, op, s) for d in REDUCE_DTYPES for op in OPS for s in FN_SHAPES]
-    inputs = [all_inputs(f"allreduce.fn/{d}/{op}/{shape_id(s)}", s, d, n, _kind(op)) for d, op, s in cases]
-    group_inputs = {d: [all_inputs(f"allreduce.fn/{d}/grouped/{i}", s, d, n) for i, s in enumerate(FN_SHAPES)]
+    group_shapes = [(), (7,)]
+    cases = [(d, op) for d in REDUCE_DTYPES for op in OPS]
+    inputs = [all_inputs(f"allreduce.fn/{d}/{op}", (3, 5), d, n, _kind(op)) for d, op in cases]
+    group_inputs = {d: [all_inputs(f"allreduce.fn/{d}/grouped/{i}", s, d, n) for i, s in enumerate(group_shapes)]
                     for d in REDUCE_DTYPES}
 
     @tf.function
     def reduce_all(tensors, groups):
-        outs = [hvd.allreduce(t, op=_op(hvd, op), name=f"allreduce.fn/{d}/{op}/{shape_id(s)}")
-                for t, (d, op, s) in zip(tensors, cases)]
+        outs = [hvd.allreduce(t, op=_op(hvd, op), name=f"allreduce.fn/{d}/{op}")
+                for t, (d, op) in zip(tensors, cases)]
         grouped = {d: hvd.grouped_allreduce(g, op=hvd.Sum, name=f"allreduce.fn/{d}/grouped")
                    for d, g in groups.items()}
         return outs, grouped
 
     outs, grouped = reduce_all([tf.constant(x[r]) for x in inputs],
                                {d: [tf.constant(x[r]) for x in xs] for d, xs in group_inputs.items()})
-    for (d, op, s), x, got in zip(cases, inputs, outs):
-        assert_matches(got.numpy(), reduce_reference(x, d, op, n), d, op, f"fn/{d}/{op}/{s}")
+    for (d, op), x, got in zip(cases, inputs, outs):
+        assert_matches(got.numpy(), reduce_reference(x, d, op, n), d, op, f"fn/{d}/{op}")
     for d, xs in group_inputs.items():
         for x, got in zip(xs, grouped[d]):
             assert_matches(got.numpy(), reduce_reference(x, d, "Sum", n), d, "Sum", f"fn/{d}/grouped")
