@@ -42,7 +42,9 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   const size_t width = (slots + 63) / 64;
 
   // Step 2: bits for cached entries, full requests for the rest.
-  std::vector<uint64_t> words(2 * width + 1, 0);
+  const int world = control_->size();
+  const size_t rank_words = (world + 63) / 64;
+  std::vector<uint64_t> words(2 * width + 1 + rank_words, 0);
   std::vector<Request> uncached;
   for (auto& [name, entry] : pending_) {
     if (announced_.count(name)) continue;
@@ -61,6 +63,10 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
                    (coordinator_wants_broadcast_ ? kCoordinatorBroadcast : 0);
   for (size_t i = width; i < 2 * width; ++i) words[i] = ~words[i];
   words[2 * width] = ~flags;
+  // Which ranks ask to shut down, OR-ed like the flags, so the others can name them.
+  std::vector<uint64_t> leaving(rank_words, 0);
+  if (shutdown_requested) leaving[control_->rank() / 64] |= uint64_t{1} << (control_->rank() % 64);
+  for (size_t i = 0; i < rank_words; ++i) words[2 * width + 1 + i] = ~leaving[i];
 
   // Step 3: one allreduce.
   KERASHVD_RETURN_IF_ERROR(control_->AllreduceBitwiseAnd(words.data(), static_cast<int>(words.size())));
@@ -71,6 +77,8 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   const auto now = Clock::now();
   if (flags & kShutdown) {
     out->shutdown = true;
+    for (int r = 0; r < world; ++r)
+      if ((~words[2 * width + 1 + r / 64] >> (r % 64)) & 1) out->shutdown_ranks.push_back(r);
     return Status::Ok();
   }
   if (coordinator_) coordinator_->ObserveCachedBits(ready, any, now);

@@ -51,6 +51,7 @@ struct WorkItem {
 struct CycleResult {
   std::vector<WorkItem> work;
   bool shutdown = false;     // some rank asked to shut down
+  std::vector<int> shutdown_ranks;  // ...these ones
   std::string fatal_error;   // the engine must stop on every rank with this message
 };
 

@@ -4,13 +4,16 @@
 #include "backend/mpi/mpi_control_plane.h"
 #include "fusion.h"
 
+#include <sstream>
+
 namespace kerashvd {
 
 Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
   std::unique_ptr<Engine> engine(new Engine(config));
   KERASHVD_RETURN_IF_ERROR(MpiContext::Create(&engine->mpi_));
-  engine->control_ = std::make_unique<MpiControlPlane>(engine->mpi_.get(), config.peer_timeout_seconds);
-  engine->cpu_backend_ = std::make_unique<MpiBackend>(engine->mpi_.get());
+  engine->control_ = std::make_unique<MpiControlPlane>(engine->mpi_.get(), config.peer_timeout_seconds,
+                                                       &engine->abort_);
+  engine->cpu_backend_ = std::make_unique<MpiBackend>(engine->mpi_.get(), &engine->abort_);
   engine->control_->set_idler([e = engine.get()](std::chrono::microseconds nap) {
     if (!e->queue_.WaitForSubmissionAfter(e->seen_submissions_, nap)) return false;
     e->seen_submissions_ = e->queue_.submissions();
@@ -23,6 +26,11 @@ Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
     Status status = engine->StartTimeline(config.timeline_path, config.timeline_max_bytes);
     if (!status.ok()) return status;
   }
+  const bool single_host = engine->mpi_->local_size() == engine->mpi_->size();
+  engine->monitor_ = std::make_unique<PeerMonitor>(
+      engine->control_.get(), config.peer_timeout_seconds, single_host,
+      [e = engine.get()](int rank, const std::string& what) { e->OnPeerFailure(rank, what); });
+  KERASHVD_RETURN_IF_ERROR(engine->monitor_->Start());
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   *out = std::move(engine);
   return Status::Ok();
@@ -63,19 +71,37 @@ void Engine::Shutdown() {
   shutdown_requested_ = true;
   queue_.Wake();
   if (thread_.joinable()) thread_.join();
+  if (monitor_) monitor_->Stop();
+}
+
+void Engine::OnPeerFailure(int rank, const std::string& what) {
+  std::ostringstream msg;
+  msg << "kerashvd rank " << mpi_->rank() << ": rank " << rank << " " << what
+      << ". Collectives on this rank fail from now on and the job cannot continue; check rank "
+      << rank << "'s output for the cause.";
+  MarkMpiBroken();
+  abort_.Set(Status::Aborted(msg.str()));
+  queue_.Wake();
 }
 
 void Engine::Loop() {
   const auto idle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
   while (true) {
     queue_.WaitForWork(idle);
+    if (abort_.is_set()) return Stop(abort_.status());
     seen_submissions_ = queue_.submissions();
     CycleResult cycle;
     Status status = controller_->RunCycle(queue_.TakeAll(), shutdown_requested_, &cycle);
     if (!status.ok()) return Stop(status);
-    if (cycle.shutdown)
-      return Stop(Status::Aborted("kerashvd was shut down (a rank called kerashvd.shutdown() or "
-                                  "exited) while this collective was pending."));
+    if (cycle.shutdown) {
+      std::ostringstream msg;
+      msg << "kerashvd was shut down by rank(s)";
+      for (int r : cycle.shutdown_ranks) msg << " " << r;
+      msg << " (kerashvd.shutdown() was called, or the process exited) while this collective "
+             "was pending on rank "
+          << mpi_->rank() << ". Every rank must run the same collectives before shutting down.";
+      return Stop(Status::Aborted(msg.str()));
+    }
     if (!cycle.fatal_error.empty()) return Stop(Status::Aborted(cycle.fatal_error));
 
     const auto executed = Timeline::Clock::now();

@@ -13,12 +13,14 @@
 #include <string>
 #include <thread>
 
+#include "abort_flag.h"
 #include "backend/backend.h"
 #include "backend/mpi/mpi_context.h"
 #include "config.h"
 #include "control_plane.h"
 #include "controller.h"
 #include "executor.h"
+#include "peer_monitor.h"
 #include "tensor_queue.h"
 #include "timeline.h"
 
@@ -49,12 +51,16 @@ class Engine {
   void Loop();
   void Stop(const Status& reason);
 
+  void OnPeerFailure(int rank, const std::string& what);
+
   Config config_;
+  AbortFlag abort_;  // set when a peer fails; every wait in a collective checks it
   std::unique_ptr<MpiContext> mpi_;
   std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<Backend> cpu_backend_;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<PeerMonitor> monitor_;
   TensorQueue queue_;
   Timeline timeline_;
   uint64_t seen_submissions_ = 0;  // background thread only

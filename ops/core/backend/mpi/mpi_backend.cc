@@ -1,5 +1,7 @@
 #include "mpi_backend.h"
 
+#include "mpi_wait.h"
+
 namespace kerashvd {
 namespace {
 
@@ -22,27 +24,38 @@ Status CheckReducible(DataType dtype) {
 
 }  // namespace
 
+Status MpiBackend::Finish(int rc, MPI_Request* request, const char* what) {
+  if (rc != MPI_SUCCESS) return MpiStatus(rc, what);
+  WaitPolicy policy;
+  policy.spin = std::chrono::microseconds(-1);
+  return MpiWait(request, what, abort_, policy, mpi_->rank());
+}
+
 Status MpiBackend::Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                              const ReduceOptions& options) {
   KERASHVD_RETURN_IF_ERROR(CheckReducible(dtype));
   if (count == 0) return Status::Ok();
   const void* source = send == recv ? MPI_IN_PLACE : send;
-  return MpiStatus(MPI_Allreduce_c(source, recv, count, MpiDatatype(dtype), MpiOp(options.op),
-                                   mpi_->comm()),
-                   "MPI_Allreduce");
+  MPI_Request request;
+  return Finish(MPI_Iallreduce_c(source, recv, count, MpiDatatype(dtype), MpiOp(options.op),
+                                 mpi_->comm(), &request),
+                &request, "MPI_Iallreduce");
 }
 
 Status MpiBackend::Allgatherv(const void* send, void* recv, const std::vector<int64_t>& recv_bytes) {
   auto counts = ToCounts(recv_bytes);
   auto displs = Displacements(recv_bytes);
-  return MpiStatus(MPI_Allgatherv_c(send, counts[mpi_->rank()], MPI_BYTE, recv, counts.data(),
-                                    displs.data(), MPI_BYTE, mpi_->comm()),
-                   "MPI_Allgatherv");
+  MPI_Request request;
+  return Finish(MPI_Iallgatherv_c(send, counts[mpi_->rank()], MPI_BYTE, recv, counts.data(),
+                                  displs.data(), MPI_BYTE, mpi_->comm(), &request),
+                &request, "MPI_Iallgatherv");
 }
 
 Status MpiBackend::Broadcast(void* buffer, int64_t bytes, const BroadcastOptions& options) {
   if (bytes == 0) return Status::Ok();
-  return MpiStatus(MPI_Bcast_c(buffer, bytes, MPI_BYTE, options.root, mpi_->comm()), "MPI_Bcast");
+  MPI_Request request;
+  return Finish(MPI_Ibcast_c(buffer, bytes, MPI_BYTE, options.root, mpi_->comm(), &request),
+                &request, "MPI_Ibcast");
 }
 
 Status MpiBackend::Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
@@ -51,9 +64,10 @@ Status MpiBackend::Alltoallv(const void* send, const std::vector<int64_t>& send_
   auto sdispls = Displacements(send_bytes);
   auto rcounts = ToCounts(recv_bytes);
   auto rdispls = Displacements(recv_bytes);
-  return MpiStatus(MPI_Alltoallv_c(send, scounts.data(), sdispls.data(), MPI_BYTE, recv,
-                                   rcounts.data(), rdispls.data(), MPI_BYTE, mpi_->comm()),
-                   "MPI_Alltoallv");
+  MPI_Request request;
+  return Finish(MPI_Ialltoallv_c(send, scounts.data(), sdispls.data(), MPI_BYTE, recv,
+                                 rcounts.data(), rdispls.data(), MPI_BYTE, mpi_->comm(), &request),
+                &request, "MPI_Ialltoallv");
 }
 
 Status MpiBackend::ReduceScatter(const void* send, void* recv,
@@ -61,19 +75,23 @@ Status MpiBackend::ReduceScatter(const void* send, void* recv,
                                  const ReduceOptions& options) {
   KERASHVD_RETURN_IF_ERROR(CheckReducible(dtype));
   auto counts = ToCounts(recv_counts);
-  return MpiStatus(MPI_Reduce_scatter_c(send, recv, counts.data(), MpiDatatype(dtype),
-                                        MpiOp(options.op), mpi_->comm()),
-                   "MPI_Reduce_scatter");
+  MPI_Request request;
+  return Finish(MPI_Ireduce_scatter_c(send, recv, counts.data(), MpiDatatype(dtype),
+                                      MpiOp(options.op), mpi_->comm(), &request),
+                &request, "MPI_Ireduce_scatter");
 }
 
 Status MpiBackend::AllgatherInt64(const int64_t* send, int64_t count, int64_t* recv) {
-  return MpiStatus(MPI_Allgather_c(send, count, MPI_INT64_T, recv, count, MPI_INT64_T, mpi_->comm()),
-                   "MPI_Allgather");
+  MPI_Request request;
+  return Finish(MPI_Iallgather_c(send, count, MPI_INT64_T, recv, count, MPI_INT64_T, mpi_->comm(),
+                                 &request),
+                &request, "MPI_Iallgather");
 }
 
 Status MpiBackend::AlltoallInt64(const int64_t* send, int64_t* recv) {
-  return MpiStatus(MPI_Alltoall(send, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, mpi_->comm()),
-                   "MPI_Alltoall");
+  MPI_Request request;
+  return Finish(MPI_Ialltoall(send, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, mpi_->comm(), &request),
+                &request, "MPI_Ialltoall");
 }
 
 }  // namespace kerashvd

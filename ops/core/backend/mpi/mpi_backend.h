@@ -1,14 +1,17 @@
 // MpiBackend: the data plane on host memory through MPI's large-count (_c) collectives.
+// Each collective is started non-blocking and completed by spinning on MPI_Test (as a
+// blocking call would), checking the AbortFlag so a peer's death ends the wait.
 #pragma once
 
 #include "../backend.h"
+#include "../../abort_flag.h"
 #include "mpi_context.h"
 
 namespace kerashvd {
 
 class MpiBackend : public Backend {
  public:
-  explicit MpiBackend(const MpiContext* mpi) : mpi_(mpi) {}
+  MpiBackend(const MpiContext* mpi, const AbortFlag* abort) : mpi_(mpi), abort_(abort) {}
   const char* name() const override { return "MPI"; }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                    const ReduceOptions& options) override;
@@ -22,7 +25,9 @@ class MpiBackend : public Backend {
   Status AlltoallInt64(const int64_t* send, int64_t* recv) override;
 
  private:
+  Status Finish(int rc, MPI_Request* request, const char* what);
   const MpiContext* mpi_;
+  const AbortFlag* abort_;
 };
 
 }  // namespace kerashvd

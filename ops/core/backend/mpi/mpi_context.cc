@@ -1,5 +1,6 @@
 #include "mpi_context.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 
@@ -9,8 +10,10 @@ namespace kerashvd {
 namespace {
 
 std::once_flag finalize_registered;
+std::atomic<bool> mpi_broken{false};
 
 void FinalizeAtExit() {
+  if (mpi_broken) return;
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -18,6 +21,9 @@ void FinalizeAtExit() {
 }
 
 }  // namespace
+
+void MarkMpiBroken() { mpi_broken = true; }
+bool MpiBroken() { return mpi_broken; }
 
 Status MpiStatus(int code, const char* call) {
   if (code == MPI_SUCCESS) return Status::Ok();
@@ -53,6 +59,10 @@ Status MpiContext::Create(std::unique_ptr<MpiContext>* out) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
+  if (mpi_broken)
+    return Status::FailedPrecondition(
+        "kerashvd cannot start again in this process: a peer rank failed earlier and MPI is no "
+        "longer usable. Restart the job.");
   if (finalized)
     return Status::FailedPrecondition(
         "MPI was already finalized in this process (by mpi4py or another library), so kerashvd "
@@ -89,7 +99,7 @@ Status MpiContext::Create(std::unique_ptr<MpiContext>* out) {
 MpiContext::~MpiContext() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+  if (comm_ != MPI_COMM_NULL && !finalized && !mpi_broken) MPI_Comm_free(&comm_);
 }
 
 }  // namespace kerashvd

@@ -38,6 +38,11 @@ class MpiContext {
   int thread_level_ = MPI_THREAD_SINGLE;
 };
 
+// After a peer failure MPI cannot be used again in this process: no finalize at exit (it would
+// wait for the dead rank), no new engine.
+void MarkMpiBroken();
+bool MpiBroken();
+
 // Turns an MPI error code into a Status naming the call.
 Status MpiStatus(int code, const char* call);
 MPI_Datatype MpiDatatype(DataType dtype);

@@ -1,41 +1,14 @@
 #include "mpi_control_plane.h"
 
-#include <chrono>
-#include <sstream>
-#include <thread>
+#include "mpi_wait.h"
 
 namespace kerashvd {
 
 Status MpiControlPlane::Wait(MPI_Request* request, const char* what) {
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  const auto spin = std::chrono::microseconds(200);
-  auto spin_from = start;
-  auto nap = std::chrono::microseconds(10);
-  while (true) {
-    int flag = 0;
-    int rc = MPI_Test(request, &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return MpiStatus(rc, what);
-    if (flag) return Status::Ok();
-    const auto now = Clock::now();
-    const auto waited = now - start;
-    if (now - spin_from < spin) continue;
-    if (timeout_seconds_ > 0 && waited > std::chrono::duration<double>(timeout_seconds_)) {
-      std::ostringstream msg;
-      msg << "kerashvd rank " << rank() << ": no answer from the other ranks for "
-          << timeout_seconds_ << " s during " << what
-          << ". A rank has died or its process is stuck (killed, out of memory, stopped in a "
-             "debugger). Check the other ranks' output; the peer timeout is set with "
-             "KERASHVD_PEER_TIMEOUT (seconds).";
-      return Status::Aborted(msg.str());
-    }
-    if (idler_ ? idler_(nap) : (std::this_thread::sleep_for(nap), false)) {
-      spin_from = Clock::now();  // local work arrived: peers are probably arriving too
-      nap = std::chrono::microseconds(10);
-    } else {
-      nap = std::min(nap * 2, std::chrono::microseconds(1000));
-    }
-  }
+  WaitPolicy policy;
+  policy.timeout_seconds = timeout_seconds_;
+  policy.idler = &idler_;
+  return MpiWait(request, what, abort_, policy, rank());
 }
 
 Status MpiControlPlane::AllreduceBitwiseAnd(uint64_t* words, int count) {

@@ -8,14 +8,15 @@
 #pragma once
 
 #include "../../control_plane.h"
+#include "../../abort_flag.h"
 #include "mpi_context.h"
 
 namespace kerashvd {
 
 class MpiControlPlane : public ControlPlane {
  public:
-  MpiControlPlane(const MpiContext* mpi, double peer_timeout_seconds)
-      : mpi_(mpi), timeout_seconds_(peer_timeout_seconds) {}
+  MpiControlPlane(const MpiContext* mpi, double peer_timeout_seconds, const AbortFlag* abort)
+      : mpi_(mpi), timeout_seconds_(peer_timeout_seconds), abort_(abort) {}
   int rank() const override { return mpi_->rank(); }
   int size() const override { return mpi_->size(); }
   Status AllreduceBitwiseAnd(uint64_t* words, int count) override;
@@ -26,6 +27,7 @@ class MpiControlPlane : public ControlPlane {
   Status Wait(MPI_Request* request, const char* what);
   const MpiContext* mpi_;
   double timeout_seconds_;
+  const AbortFlag* abort_;
 };
 
 }  // namespace kerashvd
