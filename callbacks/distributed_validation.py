@@ -70,7 +70,7 @@ class DistributedValidationCallback(keras.callbacks.Callback):
         self._active = False  # between on_test_begin and on_test_end
         self._in_step = False  # inside model.test_function
         self._reduced = False
-        self._installed = None  # (model, get_metrics_result wrapper, test_function wrapper)
+        self._installed = None  # (model, result wrapper, step wrapper, original step)
 
     def on_test_begin(self, logs=None):
         model = self.model

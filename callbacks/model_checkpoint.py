@@ -38,6 +38,11 @@ class ModelCheckpoint(keras.callbacks.Callback):
     code; the broadcast callback then copies rank 0's weights, iterations and optimizer slots).
     A full-model ``.keras`` file holds the optimizer state; a ``.weights.h5`` file does not.
 
+    The record is written right after the model file (two atomic renames, not one): a crash
+    between them leaves a complete model file and a record of the previous save. With
+    ``{epoch}`` in ``filepath`` that record names the previous, still intact file, so resuming
+    is exact; with a fixed name the file is one epoch newer than the record says.
+
     With ``save_best_only``, the monitored value must be the same on every rank for rank 0's
     choice to mean anything: put :class:`MetricAverageCallback` (and, for ``val_*``,
     :class:`DistributedValidationCallback`) before this callback. Use one ``ModelCheckpoint``
@@ -102,7 +107,7 @@ class ModelCheckpoint(keras.callbacks.Callback):
             if not self._improves(current):
                 return
             self.best = current
-        path = self.filepath.format(epoch=epoch + 1, **logs)
+        path = self.filepath.format(**{**logs, "epoch": epoch + 1})
         writer = self.model.save_weights if self.save_weights_only else self.model.save
         atomic_save(path, writer)
         write_record(os.path.dirname(os.path.abspath(path)), path, epoch + 1,
