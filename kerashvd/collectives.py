@@ -29,6 +29,31 @@ def _as_tensor(value, what, dtypes):
     return tensor
 
 
+def _require_rows(tensor, what):
+    """Raises ValueError for a scalar where a first dimension is needed (when the rank is known)."""
+    if tensor.shape.rank == 0:
+        raise ValueError(f"{what} needs a tensor of rank >= 1 (it works along the first "
+                         "dimension); received a scalar. Reshape it to [1] first.")
+    return tensor
+
+
+def _check_splits(splits, rows, what="alltoall"):
+    """Validates alltoall splits known in Python (a list or an eager tensor)."""
+    try:
+        values = [int(v) for v in (splits.numpy() if hasattr(splits, "numpy") else splits)]
+    except (TypeError, ValueError, AttributeError):
+        return  # a symbolic tensor inside tf.function: the kernel checks it at run time
+    n = size()
+    if len(values) != n:
+        raise ValueError(f"{what}: splits must have one entry per rank ({n}); received "
+                         f"{len(values)} entries: {values}")
+    if any(v < 0 for v in values):
+        raise ValueError(f"{what}: splits must be >= 0; received {values}")
+    if rows is not None and sum(values) != rows:
+        raise ValueError(f"{what}: splits sum to {sum(values)} but the tensor has {rows} rows; "
+                         "they must be equal.")
+
+
 def _as_tensor_list(values, what, dtypes):
     if isinstance(values, (tf.Tensor, tf.Variable)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{what} needs a list of tensors; received {type(values).__name__}")
@@ -140,14 +165,15 @@ def allgather(tensor, name=None):
     True
     """
     _require_init()
-    tensor = _as_tensor(tensor, "allgather", _ALL_DTYPES)
+    tensor = _require_rows(_as_tensor(tensor, "allgather", _ALL_DTYPES), "allgather")
     return OPS.kerashvd_allgather(tensor, tensor_name=_names.tensor_name("allgather", name))
 
 
 def grouped_allgather(tensors, name=None):
     """Allgathers a list of tensors of one dtype as one unit. Returns a list."""
     _require_init()
-    tensors = _as_tensor_list(tensors, "grouped_allgather", _ALL_DTYPES)
+    tensors = [_require_rows(t, "grouped_allgather")
+               for t in _as_tensor_list(tensors, "grouped_allgather", _ALL_DTYPES)]
     if not tensors:
         return []
     return OPS.kerashvd_grouped_allgather(tensors, tensor_name=_names.tensor_name("grouped_allgather", name))
@@ -206,7 +232,15 @@ def alltoall(tensor, splits=None, name=None):
     True
     """
     _require_init()
-    tensor = _as_tensor(tensor, "alltoall", _ALL_DTYPES)
+    tensor = _require_rows(_as_tensor(tensor, "alltoall", _ALL_DTYPES), "alltoall")
+    rows = tensor.shape[0] if tensor.shape.rank else None
+    if splits is None:
+        if rows is not None and rows % size() != 0:
+            raise ValueError(f"alltoall without splits needs a first dimension divisible by the "
+                             f"number of ranks ({size()}); received {rows} rows. Pass splits= "
+                             "to send uneven parts.")
+    else:
+        _check_splits(splits, rows)
     split_tensor = tf.zeros([0], tf.int64) if splits is None else tf.cast(splits, tf.int64)
     received, received_splits = OPS.kerashvd_alltoall(
         tensor, split_tensor, tensor_name=_names.tensor_name("alltoall", name))
@@ -231,7 +265,7 @@ def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0,
     """
     _require_init()
     op = resolve_op(op, None, allowed=(Average, Sum))
-    tensor = _as_tensor(tensor, "reducescatter", _REDUCE_DTYPES)
+    tensor = _require_rows(_as_tensor(tensor, "reducescatter", _REDUCE_DTYPES), "reducescatter")
     return OPS.kerashvd_reducescatter(tensor, reduce_op=op, prescale_factor=prescale_factor,
                                       postscale_factor=postscale_factor,
                                       tensor_name=_names.tensor_name("reducescatter", name))
@@ -241,7 +275,8 @@ def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_fa
     """Reducescatter of a list of tensors of one dtype as one unit. Returns a list."""
     _require_init()
     op = resolve_op(op, None, allowed=(Average, Sum))
-    tensors = _as_tensor_list(tensors, "grouped_reducescatter", _REDUCE_DTYPES)
+    tensors = [_require_rows(t, "grouped_reducescatter")
+               for t in _as_tensor_list(tensors, "grouped_reducescatter", _REDUCE_DTYPES)]
     if not tensors:
         return []
     return OPS.kerashvd_grouped_reducescatter(

@@ -6,6 +6,7 @@ back to a default).
 """
 
 import dataclasses
+import math
 import os
 
 from . import _core
@@ -89,7 +90,7 @@ def build_config(overrides):
             source = f"{setting.variable}={os.environ[setting.variable]!r}"
         else:
             continue
-        if value < setting.minimum:
+        if not math.isfinite(value) or value < setting.minimum:
             raise ValueError(f"{key} must be >= {setting.minimum} ({setting.doc}); received {source}")
         current = getattr(config, setting.field)
         setattr(config, setting.field, type(current)(value))

@@ -37,8 +37,9 @@ def _grouped_allreduce_grad(op, *grads):
 
 
 def _own_rows(summed, first_dims):
-    from .runtime import rank
-    return tf.split(summed, first_dims, axis=0)[rank()]
+    from .runtime import rank, size
+    # num= because the number of ranks is not known from first_dims' shape inside tf.function.
+    return tf.split(summed, first_dims, num=size(), axis=0)[rank()]
 
 
 @tf.RegisterGradient("KerashvdAllgather")
@@ -59,10 +60,18 @@ def _grouped_allgather_grad(op, *grads):
 
 
 def _on_root_only(op, summed):
+    """The root keeps the summed gradient; other ranks get zeros that still depend on it.
+
+    The zeros must be computed from the allreduce's output: with tf.zeros_like the allreduce
+    would be pruned from the graph on non-root ranks inside tf.function, and the root would
+    wait for them forever. Multiplying by zero keeps it (TF folds x * 0 only in aggressive
+    mode, because of NaN semantics).
+    """
     from .runtime import rank
     if rank() == op.get_attr("root_rank"):
         return summed
-    return [tf.zeros_like(s) for s in summed] if isinstance(summed, list) else tf.zeros_like(summed)
+    zero = lambda s: s * tf.constant(0, s.dtype)  # noqa: E731
+    return [zero(s) for s in summed] if isinstance(summed, list) else zero(summed)
 
 
 @tf.RegisterGradient("KerashvdBroadcast")
