@@ -14,7 +14,6 @@ import os
 import zlib
 
 import numpy as np
-import pytest
 import tensorflow as tf
 
 WORLD = int(os.environ.get("KHVD_TEST_WORLD", "1"))
@@ -160,22 +159,3 @@ def assert_matches(got, expected, dtype, op="Sum", what=""):
     np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64),
                                rtol=rtol, atol=atol, err_msg=what)
 
-
-def has_zero_elements(shape):
-    return 0 in shape
-
-
-# Engine bug (reported to the lead): a collective whose output is allocated like its input
-# (allreduce, grouped_allreduce, broadcast) fails for a tensor with 0 elements with
-# "InternalError: no output buffer and no allocator": Executor::Output() takes the null data
-# pointer of TF's 0-element output tensor for "no output buffer". Remove once fixed.
-ZERO_SIZE_BUG = pytest.mark.xfail(
-    reason="engine bug: allreduce/broadcast of a 0-element tensor raises InternalError 'no output "
-           "buffer and no allocator' (Executor::Output treats the null data pointer of a 0-element "
-           "output as missing)", strict=True)
-
-
-def shape_params(shapes, zero_size_marks=()):
-    """pytest params for ``shapes``, with ``zero_size_marks`` on shapes that have 0 elements."""
-    return [pytest.param(s, id=shape_id(s), marks=list(zero_size_marks) if has_zero_elements(s) else [])
-            for s in shapes]

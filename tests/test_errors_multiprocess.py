@@ -99,12 +99,9 @@ def test_shutdown_on_one_rank_fails_the_others_pending_collective():
 
 
 @pytest.mark.mpi
-@pytest.mark.xfail(
-    reason="kerashvd bug: in tf.function the broadcast gradient's allreduce is pruned on non-root ranks "
-           "(gradients._on_root_only returns tf.zeros_like(summed), which does not need summed), so "
-           "the root's allreduce '<name>.grad' waits forever (here: until the stall shutdown)",
-    strict=True)
 def test_broadcast_gradient_in_tf_function_does_not_hang():
+    """Regression: non-root ranks must not prune the broadcast gradient's allreduce from the graph
+    (it once fed only tf.zeros_like there, and the root waited forever)."""
     code, out, err, _ = run_mpi("""
         x = tf.constant([1.0, 2.0, 3.0])
         w = tf.constant([1.0, 1.0, 1.0]) * (rank + 1)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import WORLD, rank_input, scatter_rows
+from _reference import rank_input, scatter_rows
 
 
 def _splits(sender, size):
@@ -145,38 +145,19 @@ def test_gradient_eager(hvd, case, dtype):
     _check(case, got, _expected_grads(case, xs, ws, r, n), dtype)
 
 
-_GATHER_CASES = ["allgather", "grouped_allgather"]
-ALLGATHER_GRAD_IN_FUNCTION_BUG = pytest.mark.xfail(
-    reason="kerashvd bug: in tf.function the allgather gradient fails with ValueError 'Cannot infer "
-           "argument `num` from shape (None,)': gradients._own_rows calls tf.split with the "
-           "allgathered first dimensions, whose length is unknown at trace time (pass num=size())",
-    strict=True)
+def test_gradients_in_tf_function(hvd):
+    """Every case's gradient in one traced function (float32).
 
-
-_BROADCAST_CASES = ["broadcast", "grouped_broadcast"]
-# The broadcast gradient's allreduce is pruned from the graph on non-root ranks (its result only
-# feeds tf.zeros_like there), so the root waits forever: a hang, not a failure, and a stall
-# shutdown would stop the engine for every later test. Reproduced, with a short stall shutdown,
-# by tests/test_errors_multiprocess.py::test_broadcast_gradient_in_tf_function_does_not_hang.
-BROADCAST_GRAD_IN_FUNCTION_HANGS = pytest.mark.skipif(
-    WORLD > 1, reason="kerashvd bug: broadcast gradient in tf.function hangs at size > 1 (see "
-                      "tests/test_errors_multiprocess.py)")
-
-
-@pytest.mark.parametrize("cases", [
-    pytest.param([c for c in CASES if c not in _GATHER_CASES + _BROADCAST_CASES], id="others"),
-    pytest.param(_GATHER_CASES, id="allgather", marks=ALLGATHER_GRAD_IN_FUNCTION_BUG),
-    pytest.param(_BROADCAST_CASES, id="broadcast", marks=BROADCAST_GRAD_IN_FUNCTION_HANGS),
-])
-def test_gradients_in_tf_function(hvd, cases):
-    """The cases' gradients in one traced function (float32)."""
+    Inside tf.function, the graph must keep each gradient's collective on every rank (e.g. the
+    broadcast gradient's allreduce on non-root ranks), or the other ranks wait forever.
+    """
     n, r = hvd.size(), hvd.rank()
-    problems = {case: _problem(case, "float32", n) for case in cases}
+    problems = {case: _problem(case, "float32", n) for case in CASES}
 
     @tf.function
     def all_grads(x_by_case, w_by_case):
         return {case: _tape_grads(hvd, case, x_by_case[case], w_by_case[case], f"grad.fn/{case}")
-                for case in cases}
+                for case in CASES}
 
     got = all_grads({c: [tf.constant(v) for v in p[0][r]] for c, p in problems.items()},
                     {c: [tf.constant(v) for v in p[1][r]] for c, p in problems.items()})

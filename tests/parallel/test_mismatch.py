@@ -136,6 +136,26 @@ def test_mismatch_inside_tf_function(hvd):
 
 
 @multi_rank
+def test_one_mismatch_among_several_collectives_in_a_function(hvd):
+    """Only the mismatching collective fails; the function raises; its other collectives and a
+    later rerun with matching shapes work."""
+    r, n = hvd.rank(), hvd.size()
+
+    @tf.function
+    def step(a, b, c):
+        return (hvd.allreduce(a, op=hvd.Sum, name="mm.several.a"), hvd.allreduce(b, name="mm.several.b"),
+                hvd.allreduce(c, op=hvd.Sum, name="mm.several.c"))
+
+    msg = _mismatch_message(lambda: step(tf.ones([2]), tf.ones([_others(r, 3, 4)]), tf.ones([5])))
+    a, b, c = step(tf.ones([2]), tf.ones([3]), tf.ones([5]))
+    _assert_names(msg, "allreduce", "allreduce.mm.several.b", "shape", ["[3]"] + ["[4]"] * (n - 1))
+    assert "mm.several.a" not in msg and "mm.several.c" not in msg
+    np.testing.assert_array_equal(a.numpy(), [n, n])
+    np.testing.assert_array_equal(b.numpy(), [1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(c.numpy(), [n] * 5)
+
+
+@multi_rank
 def test_same_name_submitted_twice_concurrently(hvd):
     """A second collective under a name still in flight fails on that rank alone."""
     n, r = hvd.size(), hvd.rank()
@@ -223,19 +243,16 @@ def test_not_a_tensor(hvd):
         hvd.grouped_allgather([tf.ones([2]), tf.ones([2], tf.int32)])
 
 
-# Shape errors found by the kernels before anything is submitted. The brief asks for a
-# ValueError from the Python boundary; today they are tf.errors.InvalidArgumentError.
-_LOCAL_ERRORS = (ValueError, tf.errors.InvalidArgumentError)
-PYTHON_BOUNDARY = pytest.mark.xfail(
-    reason="kerashvd bug: scalar to allgather/reducescatter/alltoall and bad alltoall splits raise "
-           "tf.errors.InvalidArgumentError from the kernel, not a ValueError from the Python "
-           "boundary (collectives.py does not validate them)", strict=True)
+# Shape errors: ValueError from the Python boundary when the shapes and splits are known there;
+# inside tf.function, where they may not be, the kernel checks them before submitting anything.
 
 
-def _bad_shape_calls(hvd):
+def test_bad_shapes_are_value_errors(hvd):
     n = hvd.size()
-    return {
+    cases = {
         "allgather of a scalar": (lambda: hvd.allgather(tf.constant(1.0)), "rank >= 1"),
+        "grouped_allgather of a scalar": (lambda: hvd.grouped_allgather([tf.ones([1]), tf.constant(1.0)]),
+                                          "rank >= 1"),
         "reducescatter of a scalar": (lambda: hvd.reducescatter(tf.constant(1.0)), "rank >= 1"),
         "alltoall of a scalar": (lambda: hvd.alltoall(tf.constant(1.0)), "rank >= 1"),
         "splits not summing": (lambda: hvd.alltoall(tf.ones([4]), splits=[5] + [0] * (n - 1)),
@@ -245,24 +262,24 @@ def _bad_shape_calls(hvd):
         "negative splits": (lambda: hvd.alltoall(tf.ones([4]), splits=[5, -1] + [0] * (n - 2))
                             if n > 1 else hvd.alltoall(tf.ones([4]), splits=[-1]), "splits must be >= 0"),
     }
-
-
-def test_bad_shapes_fail_locally_with_a_clear_message(hvd):
-    for what, (call, text) in _bad_shape_calls(hvd).items():
-        with pytest.raises(_LOCAL_ERRORS) as info:
+    if n > 1:
+        cases["rows not divisible without splits"] = (lambda: hvd.alltoall(tf.ones([n + 1])),
+                                                      "divisible by the number of ranks")
+    for what, (call, text) in cases.items():
+        with pytest.raises(ValueError) as info:
             call()
         assert text in str(info.value), f"{what}: {info.value}"
     _job_goes_on(hvd, "bad_shapes")
 
 
-@multi_rank
-def test_alltoall_without_splits_needs_divisible_rows(hvd):
-    with pytest.raises(_LOCAL_ERRORS, match="divisible by the number of ranks"):
-        hvd.alltoall(tf.ones([hvd.size() + 1]))
+def test_bad_splits_inside_tf_function_fail_in_the_kernel(hvd):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32), tf.TensorSpec([None], tf.int64)])
+    def exchange(x, splits):
+        return hvd.alltoall(x, splits=splits, name="mm.fn.splits")[0]
 
-
-@PYTHON_BOUNDARY
-def test_bad_shapes_are_value_errors(hvd):
-    for what, (call, text) in _bad_shape_calls(hvd).items():
-        with pytest.raises(ValueError, match=text):
-            call()
+    n = hvd.size()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="splits sum to 5 but the tensor has 4 rows"):
+        exchange(tf.ones([4]), tf.constant([5] + [0] * (n - 1), tf.int64))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one entry per rank"):
+        exchange(tf.ones([4]), tf.constant([4] + [0] * n, tf.int64))
+    _job_goes_on(hvd, "fn_splits")
