@@ -41,7 +41,9 @@ class DistributedGradientTape:
     >>> with tf.GradientTape() as tape:
     ...     loss = tf.reduce_sum(w * float(hvd.rank() + 1))
     >>> tape = hvd.DistributedGradientTape(tape)
-    >>> tape.gradient(loss, [w])[0].numpy()  # mean of 1..size() on every rank
+    >>> grad = tape.gradient(loss, [w])[0]  # every element: the mean of 1..size()
+    >>> bool(grad[0] == (hvd.size() + 1) / 2)
+    True
     """
 
     def __init__(self, tape, device_dense="", device_sparse="", compression=Compression.none,

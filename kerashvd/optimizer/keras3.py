@@ -70,6 +70,8 @@ class DistributedOptimizer(_KerasOptimizer):
         backward_passes_per_step: k >= 1. Gradients of k consecutive calls are summed locally
             and communicated and applied on every k-th call only (k-1 of k calls issue no
             collective). The inner optimizer's ``iterations`` advance once per applied update.
+            Accumulation is dense: sparse gradients are densified and allreduced. The
+            accumulators are local and transient (not saved, zero after a reload).
         op: ``kerashvd.Average`` (default) or ``kerashvd.Sum``.
         gradient_predivide_factor: with ``op=Average``, gradients are divided by this before
             the sum and by ``size() / factor`` after it (Horovod's semantics).
