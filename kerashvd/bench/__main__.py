@@ -1,4 +1,5 @@
-"""``python -m kerashvd.bench``: allreduce through the TF op against raw MPI, in one run.
+"""``python -m kerashvd.bench [allreduce]``: allreduce through the TF op against raw MPI.
+``python -m kerashvd.bench keras``: Keras training throughput (see keras_bench).
 
 Started without an MPI launcher it relaunches itself with ``mpiexec -n NP`` (default 2).
 Prints, for float32 Sum allreduces of each size: time per call, algbw and busbw (nccl-tests
@@ -29,11 +30,17 @@ def _under_mpi():
 
 
 def main(argv=None):
-    args = _parse(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["keras"]:
+        from .keras_bench import main as keras_main
+
+        return keras_main(argv[1:])
+    if argv[:1] == ["allreduce"]:
+        argv = argv[1:]
+    args = _parse(argv)
     if not _under_mpi() and args.np > 1:
         mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-        cmd = [mpiexec, "-n", str(args.np), sys.executable, "-m", "kerashvd.bench"]
-        cmd += sys.argv[1:] if argv is None else list(argv)
+        cmd = [mpiexec, "-n", str(args.np), sys.executable, "-m", "kerashvd.bench"] + argv
         return subprocess.call(cmd)
     from .allreduce_bench import run
 
