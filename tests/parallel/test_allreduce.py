@@ -108,7 +108,10 @@ def test_allreduce_default_names_and_variable_input(hvd):
     a = hvd.allreduce(v, op=hvd.Sum)
     b = hvd.allreduce(tf.constant([float(hvd.rank())]), op=hvd.Max)
     c = hvd.allreduce(tf.constant(2.0))  # default op: Average
+    d = hvd.allreduce(tf.constant([float(hvd.rank())]), average=True)  # deprecated Horovod argument
+    e = hvd.allreduce(tf.constant([float(hvd.rank())]), average=False)
     n = hvd.size()
+    assert d.numpy()[0] == (n - 1) / 2 and e.numpy()[0] == n * (n - 1) / 2
     np.testing.assert_array_equal(a.numpy(), np.full([3], n * (n + 1) / 2, np.float32))
     np.testing.assert_array_equal(b.numpy(), [n - 1.0])
     assert c.numpy() == 2.0
@@ -173,8 +176,13 @@ def test_allreduce_indexed_slices(hvd):
     slices = tf.IndexedSlices(tf.fill([r + 1, 2], float(r + 1)), tf.range(r + 1, dtype=tf.int64),
                               dense_shape=tf.constant([8, 2], tf.int64))
     got = hvd.allreduce(slices, op=hvd.Sum, name="allreduce.slices")
+    averaged = hvd.allreduce(slices, op=hvd.Average, name="allreduce.slices.avg")
     assert isinstance(got, tf.IndexedSlices)
     n = hvd.size()
+    np.testing.assert_array_equal(averaged.values.numpy(), got.values.numpy() / n)
+    np.testing.assert_array_equal(averaged.indices.numpy(), got.indices.numpy())
+    with pytest.raises(ValueError, match="op=Average or op=Sum"):
+        hvd.allreduce(slices, op=hvd.Max)
     expected_values = np.concatenate([np.full([q + 1, 2], q + 1.0, np.float32) for q in range(n)])
     expected_indices = np.concatenate([np.arange(q + 1) for q in range(n)])
     np.testing.assert_array_equal(got.values.numpy(), expected_values)

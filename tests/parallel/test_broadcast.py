@@ -59,6 +59,21 @@ def test_broadcast_variables(hvd, root):
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(keras_vars[2]), np.full([3], root, np.float64))
 
 
+def test_broadcast_variables_inside_tf_function(hvd):
+    n, r = hvd.size(), hvd.rank()
+    variables = [tf.Variable(np.full([3], r, np.float32)), tf.Variable(r, dtype=tf.int32),
+                 keras.Variable(np.full([2], r + 0.5, np.float32))]
+
+    @tf.function
+    def sync():
+        hvd.broadcast_variables(variables, root_rank=n - 1, name="bv.fn")
+
+    sync()
+    np.testing.assert_array_equal(variables[0].numpy(), np.full([3], n - 1, np.float32))
+    assert variables[1].numpy() == n - 1
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(variables[2]), np.full([2], n - 0.5, np.float32))
+
+
 def test_broadcast_variables_of_a_keras_model(hvd):
     keras.utils.set_random_seed(1234 + hvd.rank())  # different initial weights per rank
     model = keras.Sequential([keras.Input([3]), keras.layers.Dense(4), keras.layers.Dense(2)])
