@@ -5,7 +5,8 @@ applies. The protocol, the same on every rank because it depends only on the str
 gradient list (positions, dtypes, which gradients are None or sparse), never on values or on
 TF graph names:
 
-1. ``None`` gradients stay ``None`` and issue no collective.
+1. ``None`` gradients stay ``None`` and issue no collective; so do gradients with no
+   elements (their shape is static and the same on every rank).
 2. ``tf.IndexedSlices`` gradients are allgathered (values and indices) one by one, keyed by
    their position, unless ``sparse_as_dense``, in which case they are densified first.
 3. Dense gradients are split into groups and each group into dtypes; each (group, dtype) is
@@ -139,6 +140,8 @@ class GradientReducer:
                 continue
             if isinstance(g, tf.IndexedSlices) and not self.sparse_as_dense:
                 out[index] = self._reduce_sparse(g, index)
+            elif g.shape.num_elements() == 0:
+                out[index] = g  # nothing to reduce (and the engine rejects 0-element tensors)
             else:
                 dense.append(index)
         for label, indices in self._plan(dense, variables):

@@ -214,6 +214,15 @@ def test_none_gradients_pass_through(hvd):
     assert not np.array_equal(variables[0].numpy(), before[0])
 
 
+def test_zero_element_gradients_need_no_collective(hvd):
+    empty = keras.Variable(np.zeros((0, 3), "float32"))
+    full = keras.Variable(np.ones(3, "float32"))
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), name="zero_size")
+    opt.apply([tf.zeros((0, 3)), tf.fill([3], float(hvd.rank()))], [empty, full])
+    np.testing.assert_allclose(full.numpy(), 1.0 - (hvd.size() - 1) / 2)
+    assert empty.shape == (0, 3)
+
+
 @pytest.mark.parametrize("compression", ["fp16", "bf16"])
 def test_compression_is_close_and_identical_on_all_ranks(hvd, compression):
     tolerance = {"fp16": 2e-3, "bf16": 2e-2}[compression]
