@@ -5,9 +5,12 @@ collective is matched across ranks by its name (see ``_names``); every rank must
 same collectives with the same names, shapes and dtypes.
 """
 
+import functools
+
 import tensorflow as tf
 
 from . import _names
+from ._xla import check_not_xla
 from ._ops import OPS
 from .compression import Compression
 from .reduce_ops import Average, Sum, resolve_op
@@ -15,6 +18,18 @@ from .runtime import _require_init, size
 
 _REDUCE_DTYPES = {tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int8, tf.uint8, tf.int32, tf.int64}
 _ALL_DTYPES = _REDUCE_DTYPES | {tf.bool, tf.int16, tf.uint16}
+
+
+def _collective(fn):
+    """Marks a public collective: AutoGraph leaves it alone (it is plain graph-building code,
+    and converting it costs time on every trace), and XLA is refused with a clear error."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        check_not_xla(f"kerashvd.{fn.__name__}")
+        return fn(*args, **kwargs)
+
+    return tf.autograph.experimental.do_not_convert(wrapper)
 
 
 def _as_tensor(value, what, dtypes):
@@ -64,6 +79,7 @@ def _as_tensor_list(values, what, dtypes):
     return tensors
 
 
+@_collective
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none,
               op=None, prescale_factor=1.0, postscale_factor=1.0, name=None):
     """Reduces a tensor over all ranks; every rank gets the result.
@@ -114,6 +130,7 @@ def _allreduce_indexed_slices(slices, op, key):
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
+@_collective
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, name=None):
@@ -146,6 +163,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
 
 
+@_collective
 def allgather(tensor, name=None):
     """Concatenates every rank's tensor along the first dimension, in rank order.
 
@@ -169,6 +187,7 @@ def allgather(tensor, name=None):
     return OPS.kerashvd_allgather(tensor, tensor_name=_names.tensor_name("allgather", name))
 
 
+@_collective
 def grouped_allgather(tensors, name=None):
     """Allgathers a list of tensors of one dtype as one unit. Returns a list."""
     _require_init()
@@ -179,6 +198,7 @@ def grouped_allgather(tensors, name=None):
     return OPS.kerashvd_grouped_allgather(tensors, tensor_name=_names.tensor_name("grouped_allgather", name))
 
 
+@_collective
 def broadcast(tensor, root_rank, name=None):
     """Returns ``root_rank``'s value of ``tensor`` on every rank.
 
@@ -195,6 +215,7 @@ def broadcast(tensor, root_rank, name=None):
                                   tensor_name=_names.tensor_name("broadcast", name))
 
 
+@_collective
 def grouped_broadcast(tensors, root_rank, name=None):
     """Broadcasts a list of tensors of one dtype as one unit. Returns a list."""
     _require_init()
@@ -211,6 +232,7 @@ def _check_root(root_rank):
         raise ValueError(f"root_rank must be an int in [0, {size()}); received root_rank={root_rank!r}")
 
 
+@_collective
 def alltoall(tensor, splits=None, name=None):
     """Sends ``splits[r]`` rows of ``tensor`` to each rank r and receives rows from every rank.
 
@@ -247,6 +269,7 @@ def alltoall(tensor, splits=None, name=None):
     return received if splits is None else (received, received_splits)
 
 
+@_collective
 def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
     """Reduces over ranks, then rank r keeps its part of the first dimension.
 
@@ -271,6 +294,7 @@ def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0,
                                       tensor_name=_names.tensor_name("reducescatter", name))
 
 
+@_collective
 def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
     """Reducescatter of a list of tensors of one dtype as one unit. Returns a list."""
     _require_init()
@@ -284,6 +308,7 @@ def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_fa
         tensor_name=_names.tensor_name("grouped_reducescatter", name))
 
 
+@_collective
 def join():
     """Marks this rank as done and waits until every rank has joined.
 
@@ -298,6 +323,7 @@ def join():
     return int(OPS.kerashvd_join(tensor_name="join"))
 
 
+@_collective
 def barrier():
     """Waits until every rank has reached this barrier."""
     _require_init()
