@@ -27,8 +27,13 @@ def _kind(op):
     return "product" if op == "Product" else "sum"
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
-@pytest.mark.parametrize("op", OPS)
+# Sum and Average (rounding, scaling) get every shape; Min, Max and Product fewer, to keep the
+# suite fast at 4 ranks on 2 cores.
+OP_SHAPES = [(op, s) for op in ("Average", "Sum") for s in SHAPES] + \
+    [(op, s) for op in ("Min", "Max", "Product") for s in [(), (0,), (13,), (3, 5)]]
+
+
+@pytest.mark.parametrize("op,shape", OP_SHAPES, ids=[f"{op}-{shape_id(s)}" for op, s in OP_SHAPES])
 @pytest.mark.parametrize("dtype", REDUCE_DTYPES)
 def test_allreduce_matches_numpy(hvd, dtype, op, shape):
     key = f"allreduce/{dtype}/{op}/{shape_id(shape)}"
