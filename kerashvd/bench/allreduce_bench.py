@@ -73,13 +73,30 @@ def run(args):
         say(f"  {nbytes:>10} {count:>10} {t_op * 1e6:>10.1f} {nbytes / t_op / 1e9:>7.3f} {busbw:>7.3f}"
             f" {wrong:>6} {t_mpi * 1e6:>10.1f} {mpi_busbw:>9.3f} {busbw / mpi_busbw:>6.2f}")
 
-    # Latency of one small allreduce, end to end through a tf.function call.
+    # Latency of one small allreduce, end to end through a tf.function call, next to the same
+    # tf.function without the collective: TF's own dispatch cost, measured in the same run.
     x = tf.constant(np.ones(1024, np.float32))
     small = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name="bench.latency"))
+    floor = tf.function(lambda t: t * 1.0)
+    t_floor = sync(_time_calls(lambda: floor(x), args.seconds, sync))
     t_small = sync(_time_calls(lambda: small(x), args.seconds, sync))
-    say(f"# single 4 KiB allreduce in tf.function: {t_small * 1e3:.3f} ms per step")
+    say(f"# single 4 KiB allreduce in tf.function: {t_small * 1e3:.3f} ms per step "
+        f"(the same tf.function without the allreduce: {t_floor * 1e3:.3f} ms; "
+        f"kerashvd adds {(t_small - t_floor) * 1e3:.3f} ms)")
 
-    # 100 tensors of 16 KiB reduced in one step: separate ops (fused by the engine) and grouped.
+    # 20 allreduces of 4 KiB chained inside one tf.function: per-collective latency without
+    # Python's dispatch of the function call.
+    @tf.function
+    def chain(t):
+        for i in range(20):
+            t = hvd.allreduce(t, op=hvd.Min, name=f"bench.chain.{i}")
+        return t
+
+    t_chain = sync(_time_calls(lambda: chain(x), args.seconds, sync))
+    say(f"# 4 KiB allreduce chained 20 deep in one tf.function: {t_chain / 20 * 1e3:.3f} ms each")
+
+    # 100 tensors of 16 KiB reduced in one step: separate ops (fused by the engine) and grouped,
+    # next to the same step without collectives.
     xs = [tf.constant(np.full(4096, i, np.float32)) for i in range(100)]
 
     @tf.function
@@ -90,10 +107,16 @@ def run(args):
     def grouped(ts):
         return hvd.grouped_allreduce(ts, op=hvd.Sum, name="bench.grouped")
 
+    @tf.function
+    def no_collective(ts):
+        return [t * 1.0 for t in ts]
+
+    t_none = sync(_time_calls(lambda: no_collective(xs), args.seconds, sync))
     t_many = sync(_time_calls(lambda: many(xs), args.seconds, sync))
     outs = many(xs)
     wrong = sum(int(np.count_nonzero(o.numpy() != i * n)) for i, o in enumerate(outs))
     t_grouped = sync(_time_calls(lambda: grouped(xs), args.seconds, sync))
-    say(f"# 100 x 16 KiB allreduces in one tf.function step: {t_many * 1e3:.3f} ms "
-        f"(#wrong {wrong}); as one grouped_allreduce: {t_grouped * 1e3:.3f} ms")
+    say(f"# 100 x 16 KiB in one tf.function step: {t_many * 1e3:.3f} ms as 100 allreduces "
+        f"(#wrong {wrong}), {t_grouped * 1e3:.3f} ms as one grouped_allreduce; the same step "
+        f"without collectives: {t_none * 1e3:.3f} ms")
     hvd.shutdown()
