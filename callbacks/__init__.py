@@ -4,6 +4,7 @@ A typical callback list, in this order (Keras calls callbacks in list order, and
 that average or reduce metrics must run before the ones that read them)::
 
     callbacks = [
+        hvd.callbacks.JoinCallback(),                         # only for uneven data: first
         hvd.callbacks.BroadcastGlobalVariablesCallback(0),    # same start on every rank
         hvd.callbacks.LearningRateWarmupCallback(lr, warmup_epochs=3),
         hvd.callbacks.DistributedValidationCallback(),        # exact val_* over shards
@@ -20,6 +21,7 @@ rank 0 prints; the callbacks here that print do so on rank 0 only.
 from .broadcast_global_variables import BroadcastGlobalVariablesCallback, broadcast_model_state
 from .checkpoint_io import Checkpoint, atomic_save, latest_checkpoint
 from .distributed_validation import DistributedValidationCallback, reduce_metric_states
+from .join import JoinCallback, agree_steps_per_epoch
 from .learning_rate_schedule import LearningRateScheduleCallback
 from .learning_rate_warmup import LearningRateWarmupCallback
 from .metric_average import MetricAverageCallback
@@ -30,10 +32,12 @@ __all__ = [
     "BroadcastGlobalVariablesCallback",
     "Checkpoint",
     "DistributedValidationCallback",
+    "JoinCallback",
     "LearningRateScheduleCallback",
     "LearningRateWarmupCallback",
     "MetricAverageCallback",
     "ModelCheckpoint",
+    "agree_steps_per_epoch",
     "atomic_save",
     "broadcast_model_state",
     "latest_checkpoint",
