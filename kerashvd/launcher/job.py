@@ -30,6 +30,9 @@ _STEPS = (
     ((signal.SIGINT, signal.SIGINT), 3.0),
     ((signal.SIGKILL,), None),
 )
+# After a rank fails, the others get this long to report the failure themselves (kerashvd
+# names the dead rank within milliseconds) and exit, before they are signalled.
+_FAILURE_GRACE = 3.0
 _TICK = 0.1
 _DRAIN_AFTER_EXIT = 2.0  # orphaned grandchildren could hold the pipe open forever
 
@@ -99,26 +102,31 @@ class _Stopper:
         self._log = log
         self._step = -1
         self._deadline = None
+        self._steps = _STEPS
 
     @property
     def started(self):
         return self._step >= 0
 
-    def start(self):
+    def start(self, grace=0.0):
+        """Begins stopping; with `grace`, first waits that long without signalling."""
         if not self.started:
+            self._steps = (((), grace),) + _STEPS if grace else _STEPS
             self._advance()
 
     def poll(self, force=False):
-        if not self.started or self._proc.poll() is not None or self._step + 1 >= len(_STEPS):
+        if not self.started or self._proc.poll() is not None or self._step + 1 >= len(self._steps):
             return
         if force or time.monotonic() >= self._deadline:
-            self._log(f"ranks still running after {signal.Signals(_STEPS[self._step][0][0]).name}"
-                      "; forcing them to stop.")
+            sent = self._steps[self._step][0]
+            if sent:
+                self._log(f"ranks still running after {signal.Signals(sent[0]).name}; "
+                          "forcing them to stop.")
             self._advance()
 
     def _advance(self):
         self._step += 1
-        signals, grace = _STEPS[self._step]
+        signals, grace = self._steps[self._step]
         for i, signum in enumerate(signals):
             if i:
                 time.sleep(0.2)  # hydra counts two separate Ctrl-Cs
@@ -181,7 +189,7 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None):
             if outcome.failure is None and outcome.interrupted is None:
                 outcome.failure = event
                 log(f"{event.describe()}; stopping the other ranks.")
-                stopper.start()
+                stopper.start(grace=_FAILURE_GRACE)
         elif event is _EOF:
             state["eof"] = True
 

@@ -121,25 +121,31 @@ void Timeline::WriterLoop() {
   Flush();
 }
 
-// Called with mutex_ held.
+// Called with mutex_ held. Appends the pending events that still fit under max_bytes; when
+// one does not, writes the TIMELINE_TRUNCATED marker instead and records nothing more.
 void Timeline::Flush() {
-  if (pending_.empty() || fd_ < 0) return;
-  const bool was_first = first_event_;
+  if (pending_.empty() || fd_ < 0 || truncated_) {
+    pending_.clear();
+    return;
+  }
+  const int64_t reserve = 512;  // room kept for the truncation marker
   std::string text;
   for (const std::string& e : pending_) {
-    text += first_event_ ? "" : ",\n";
-    text += e;
-    first_event_ = false;
+    std::string piece = (first_event_ && text.empty() ? "" : ",\n") + e;
+    if (end_offset_ + static_cast<int64_t>(text.size() + piece.size()) + reserve > max_bytes_) {
+      truncated_ = true;
+      break;
+    }
+    text += piece;
+  }
+  if (truncated_) {
+    text += std::string(first_event_ && text.empty() ? "" : ",\n") +
+            "{\"name\": \"TIMELINE_TRUNCATED\", \"ph\": \"i\", \"s\": \"g\", \"pid\": " +
+            std::to_string(rank_) + ", \"tid\": 0, \"ts\": " + std::to_string(Micros(Clock::now())) +
+            ", \"args\": {\"max_bytes\": " + std::to_string(max_bytes_) + "}}";
   }
   pending_.clear();
-  if (!truncated_ && end_offset_ + static_cast<int64_t>(text.size()) > max_bytes_) {
-    truncated_ = true;
-    first_event_ = was_first;
-    text = std::string(was_first ? "" : ",\n") +
-           "{\"name\": \"TIMELINE_TRUNCATED\", \"ph\": \"i\", \"s\": \"g\", \"pid\": " +
-           std::to_string(rank_) + ", \"tid\": 0, \"ts\": " + std::to_string(Micros(Clock::now())) +
-           ", \"args\": {\"max_bytes\": " + std::to_string(max_bytes_) + "}}";
-  }
+  if (text.empty()) return;
   first_event_ = false;
   std::string out = text + "\n]\n";
   if (::pwrite(fd_, out.data(), out.size(), end_offset_) == static_cast<ssize_t>(out.size()))

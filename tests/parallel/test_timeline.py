@@ -84,11 +84,6 @@ def test_timeline_stops_at_max_size_with_a_truncation_event(hvd, tmp_path):
     assert size <= max_bytes + 400, f"{size} bytes for max_bytes={max_bytes}"  # + the last event
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug (ops/core/timeline.cc, Timeline::Flush): when the events pending since the last "
-    "100 ms write do not all fit under max_bytes, the whole batch is dropped and only "
-    "TIMELINE_TRUNCATED is written, so a burst can leave the file nearly empty instead of "
-    "filled up to the limit. Flush should append events one by one while they fit."))
 def test_timeline_fills_up_to_max_size_before_truncating(hvd, tmp_path):
     if hvd.size() > 1:  # ranks submit at different times: the burst spreads over several writes
         pytest.skip("the burst is recorded in one 100 ms write only with a single rank")
