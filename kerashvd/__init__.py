@@ -10,8 +10,15 @@ installed TensorFlow's version is checked at import all the same.
 """
 
 import importlib
+import os
 
-from . import _loader
+# TensorFlow's pooling CPU allocator: without it every large collective output is a fresh
+# mmap that page-faults on first touch, which costs ~30% of a 64 MiB allreduce. It only takes
+# effect if set before TensorFlow creates its CPU allocator; set the variable to "false" to
+# keep TensorFlow's default.
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+
+from . import _loader  # noqa: E402
 
 _loader.preload_mpi()
 _loader.check_tf_version()

@@ -47,7 +47,8 @@ def run(args):
             print(text, flush=True)
 
     say(f"# kerashvd allreduce benchmark: {n} ranks, float32 Sum, TF op in tf.function vs raw MPI")
-    say(f"# command: {' '.join([os.path.basename(sys.executable), '-m', 'kerashvd.bench'] + sys.argv[1:])}")
+    say(f"# command: {' '.join([os.path.basename(sys.executable), '-m', 'kerashvd.bench'] + sys.argv[1:])}"
+        f"; TF_CPU_ALLOCATOR_USE_BFC={os.environ.get('TF_CPU_ALLOCATOR_USE_BFC')}")
     say(f"# {'size(B)':>10} {'count':>10} {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
         f" {'mpi(us)':>10} {'mpi busbw':>9} {'ratio':>6}")
 

@@ -110,6 +110,9 @@ def main(argv=None):
         "hvd1": me + ["--worker", "hvd"],
         f"hvd{args.np}": [mpiexec, "-n", str(args.np)] + me + ["--worker", "hvd"],
     }
+    # Same TensorFlow allocator for every configuration (kerashvd turns TF's pooling CPU
+    # allocator on by default; plain Keras must get it too for a fair comparison).
+    os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
     best = {}
     for _ in range(args.repeats):  # interleaved, so slow drift of the machine hits all alike
         for name, cmd in configs.items():
@@ -118,7 +121,8 @@ def main(argv=None):
     plain, one, many = best["plain"], best["hvd1"], best[f"hvd{args.np}"]
     print(f"# Keras ResNet-style CNN, 32x32x3, batch {args.batch}/rank, 1 intra-op thread/rank, "
           f"best of {args.repeats}")
-    print(f"# command: python -m kerashvd.bench keras {' '.join(argv or sys.argv[2:])}")
+    print(f"# command: python -m kerashvd.bench keras {' '.join(argv or sys.argv[2:])}; "
+          f"TF_CPU_ALLOCATOR_USE_BFC={os.environ['TF_CPU_ALLOCATOR_USE_BFC']}")
     print(f"plain Keras, 1 process      {plain:9.1f} images/s")
     print(f"kerashvd, 1 rank            {one:9.1f} images/s   overhead {100 * (1 - one / plain):5.1f}%")
     print(f"kerashvd, {args.np} ranks           {many:9.1f} images/s   scaling efficiency "
