@@ -12,6 +12,7 @@ import importlib.metadata
 import os
 
 from . import _build_info
+from ._mpich import mpich_file
 
 _REBUILD_HINT = (
     "Rebuild kerashvd against the installed TensorFlow: "
@@ -20,20 +21,9 @@ _REBUILD_HINT = (
 )
 
 
-def _mpich_library():
-    try:
-        dist = importlib.metadata.distribution("mpich")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    for f in dist.files or []:
-        if str(f).endswith("libmpi.so.12"):
-            return os.path.realpath(dist.locate_file(f))
-    return None
-
-
 def preload_mpi():
     """Loads the MPI library kerashvd was built against into the global symbol namespace."""
-    path = _mpich_library()
+    path = mpich_file("libmpi.so.12")
     if path is None:
         return  # built against another MPI (KERASHVD_MPI_HOME); the loader's path finds it
     ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)

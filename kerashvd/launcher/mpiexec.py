@@ -1,23 +1,15 @@
 """Finds the ``mpiexec`` (MPICH hydra) that starts kerashvd's processes."""
 
-import importlib.metadata
 import os
 import shutil
 
+from .._mpich import mpich_file
 from .errors import LaunchError
 
 
 def _from_mpich_wheel():
-    try:
-        dist = importlib.metadata.distribution("mpich")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    for entry in dist.files or []:
-        if str(entry).replace(os.sep, "/").endswith("bin/mpiexec"):
-            path = os.path.realpath(dist.locate_file(entry))
-            if os.access(path, os.X_OK):
-                return path
-    return None
+    path = mpich_file("bin/mpiexec")
+    return path if path and os.access(path, os.X_OK) else None
 
 
 def find_mpiexec():
