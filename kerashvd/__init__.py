@@ -11,6 +11,29 @@ installed TensorFlow's version is checked at import all the same.
 
 import importlib
 import os
+import sys
+
+
+def _find_installed_files():
+    """Lets a source checkout's ``kerashvd/`` find the installed build's generated files.
+
+    ``python -m pytest`` or ``python -m kerashvd.bench`` run from the repository root put the
+    checkout first on ``sys.path``, so this package is imported from the sources, which hold no
+    compiled modules, no ``_build_info`` and no ``kerashvd.callbacks`` (it ships from the
+    top-level ``callbacks/``). Those then come from the installed copy further down the path.
+    """
+    here = os.path.realpath(os.path.dirname(__file__))
+    if os.path.exists(os.path.join(here, "_build_info.py")):
+        return
+    for entry in sys.path:
+        candidate = os.path.realpath(os.path.join(entry or os.getcwd(), "kerashvd"))
+        if candidate != here and os.path.exists(os.path.join(candidate, "_build_info.py")):
+            if candidate not in __path__:  # noqa: F821
+                __path__.append(candidate)  # noqa: F821  (the package's own __path__)
+            return
+
+
+_find_installed_files()
 
 # TensorFlow's pooling CPU allocator: without it every large collective output is a fresh
 # mmap that page-faults on first touch, which costs ~30% of a 64 MiB allreduce. It only takes
