@@ -59,8 +59,10 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   }
   if (join_pending_)
     for (int32_t s = 0; s < slots; ++s) SetBit(words, 0, s);
-  uint64_t flags = (uncached.empty() ? 0 : kHasUncached) | (shutdown_requested ? kShutdown : 0) |
-                   (coordinator_wants_broadcast_ ? kCoordinatorBroadcast : 0);
+  uint64_t flags = 0;
+  if (!uncached.empty()) flags |= kHasUncached;
+  if (shutdown_requested) flags |= kShutdown;
+  if (coordinator_wants_broadcast_) flags |= kCoordinatorBroadcast;
   for (size_t i = width; i < 2 * width; ++i) words[i] = ~words[i];
   words[2 * width] = ~flags;
   // Which ranks ask to shut down, OR-ed like the flags, so the others can name them.

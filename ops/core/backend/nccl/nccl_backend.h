@@ -35,8 +35,11 @@ namespace kerashvd {
 
 class NcclBackend : public Backend {
  public:
-  // Both contexts must outlive the backend; `nccl` must be over the same ranks as `mpi`.
-  NcclBackend(NcclContext* nccl, const MpiContext* mpi) : nccl_(nccl), host_(mpi) {}
+  // Both contexts (and `abort`, when given) must outlive the backend; `nccl` must be over the
+  // same ranks as `mpi`. `abort` is the engine's peer-failure flag, checked by the host-side
+  // metadata exchanges like every other MPI wait.
+  NcclBackend(NcclContext* nccl, const MpiContext* mpi, const AbortFlag* abort = nullptr)
+      : nccl_(nccl), host_(mpi, abort) {}
   const char* name() const override { return "NCCL"; }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                    const ReduceOptions& options) override;
