@@ -27,191 +27,24 @@
 #include "../mpi/mpi_context.h"
 #include "nccl_backend.h"
 #include "nccl_context.h"
+#include "nccl_test_harness.h"
 
 namespace kerashvd {
 namespace {
+
+using nccl_test::CheckCuda;
+using nccl_test::Compare;
+using nccl_test::Decode;
+using nccl_test::DeviceBuffer;
+using nccl_test::Encode;
+using nccl_test::Fatal;
+using nccl_test::PrintSummary;
+using nccl_test::Tally;
 
 const std::vector<int64_t> kSizes = {0, 1, 7, 1 << 20};
 const std::vector<DataType> kReducible = {
     DataType::kFloat32, DataType::kFloat64, DataType::kInt8,    DataType::kUint8,
     DataType::kInt32,   DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16};
-
-// A failure of the test's own plumbing (allocation, copies): stop every rank at once rather
-// than leave the others waiting in a collective.
-void Fatal(const std::string& message) {
-  std::fprintf(stderr, "kerashvd_nccl_test: %s\n", message.c_str());
-  MPI_Abort(MPI_COMM_WORLD, 2);
-}
-
-void CheckCuda(cudaError_t error, const char* call) {
-  Status status = CudaStatus(error, call);
-  if (!status.ok()) Fatal(status.message());
-}
-
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes_ == 0) return;  // zero-sized tensors may well have null data
-    CheckCuda(cudaMalloc(&ptr_, bytes_), "cudaMalloc");
-    CheckCuda(cudaMemset(ptr_, 0xA5, bytes_), "cudaMemset");  // stale results must not pass
-  }
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  char* get() const { return static_cast<char*>(ptr_); }
-  void Upload(const std::vector<char>& host, size_t offset = 0) {
-    if (host.empty()) return;
-    CheckCuda(cudaMemcpy(get() + offset, host.data(), host.size(), cudaMemcpyHostToDevice),
-              "cudaMemcpy to device");
-  }
-  std::vector<char> Download(size_t offset, size_t bytes) const {
-    std::vector<char> host(bytes);
-    if (bytes > 0)
-      CheckCuda(cudaMemcpy(host.data(), get() + offset, bytes, cudaMemcpyDeviceToHost),
-                "cudaMemcpy to host");
-    return host;
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_;
-};
-
-// --- Host values: doubles in, dtype bytes out, and back --------------------------------------
-
-template <typename T>
-void PutAll(const std::vector<double>& v, char* out) {
-  T* p = reinterpret_cast<T*>(out);
-  for (size_t i = 0; i < v.size(); ++i) p[i] = static_cast<T>(v[i]);
-}
-
-template <typename T>
-void GetAll(const char* in, std::vector<double>* v) {
-  const T* p = reinterpret_cast<const T*>(in);
-  for (size_t i = 0; i < v->size(); ++i) (*v)[i] = static_cast<double>(p[i]);
-}
-
-std::vector<char> Encode(DataType dtype, const std::vector<double>& v) {
-  std::vector<char> out(v.size() * DataTypeSize(dtype));
-  switch (dtype) {
-    case DataType::kUint8: PutAll<uint8_t>(v, out.data()); break;
-    case DataType::kInt8: PutAll<int8_t>(v, out.data()); break;
-    case DataType::kInt32: PutAll<int32_t>(v, out.data()); break;
-    case DataType::kInt64: PutAll<int64_t>(v, out.data()); break;
-    case DataType::kFloat32: PutAll<float>(v, out.data()); break;
-    case DataType::kFloat64: PutAll<double>(v, out.data()); break;
-    case DataType::kFloat16:
-    case DataType::kBfloat16: {
-      std::vector<float> f(v.begin(), v.end());
-      FloatToHalf(f.data(), out.data(), f.size(), dtype, 1.0);
-      break;
-    }
-    default: Fatal(std::string("no encoder for ") + DataTypeName(dtype));
-  }
-  return out;
-}
-
-std::vector<double> Decode(DataType dtype, const std::vector<char>& bytes) {
-  std::vector<double> v(bytes.size() / DataTypeSize(dtype));
-  switch (dtype) {
-    case DataType::kUint8: GetAll<uint8_t>(bytes.data(), &v); break;
-    case DataType::kInt8: GetAll<int8_t>(bytes.data(), &v); break;
-    case DataType::kInt32: GetAll<int32_t>(bytes.data(), &v); break;
-    case DataType::kInt64: GetAll<int64_t>(bytes.data(), &v); break;
-    case DataType::kFloat32: GetAll<float>(bytes.data(), &v); break;
-    case DataType::kFloat64: GetAll<double>(bytes.data(), &v); break;
-    case DataType::kFloat16:
-    case DataType::kBfloat16: {
-      std::vector<float> f(v.size());
-      HalfToFloat(bytes.data(), f.data(), f.size(), dtype, 1.0);
-      for (size_t i = 0; i < v.size(); ++i) v[i] = f[i];
-      break;
-    }
-    default: Fatal(std::string("no decoder for ") + DataTypeName(dtype));
-  }
-  return v;
-}
-
-// Empty when equal (exactly for integers, to a dtype-sized tolerance for floats, which only
-// Average needs); otherwise the first wrong element and how many are wrong.
-std::string Compare(DataType dtype, const std::vector<double>& expected,
-                    const std::vector<double>& actual) {
-  if (expected.size() != actual.size())
-    return "expected " + std::to_string(expected.size()) + " elements, got " +
-           std::to_string(actual.size());
-  double tolerance = 0;
-  if (dtype == DataType::kFloat16 || dtype == DataType::kBfloat16) tolerance = 1e-2;
-  if (dtype == DataType::kFloat32) tolerance = 1e-5;
-  if (dtype == DataType::kFloat64) tolerance = 1e-12;
-  int64_t wrong = 0, first = -1;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    if (std::fabs(expected[i] - actual[i]) <= tolerance * std::fmax(1.0, std::fabs(expected[i])))
-      continue;
-    if (wrong++ == 0) first = static_cast<int64_t>(i);
-  }
-  if (wrong == 0) return "";
-  return std::to_string(wrong) + " wrong elements; first at " + std::to_string(first) +
-         ": expected " + std::to_string(expected[first]) + ", got " +
-         std::to_string(actual[first]);
-}
-
-// --- Bookkeeping ----------------------------------------------------------------------------
-
-class Tally {
- public:
-  explicit Tally(int rank) : rank_(rank) {}
-  // One case: the backend's status, then (when it succeeded) the comparison's verdict.
-  void Record(const std::string& name, const Status& status, const std::string& mismatch) {
-    if (status.ok() && mismatch.empty()) {
-      ++passed_;
-      return;
-    }
-    Fail(name, status.ok() ? mismatch : status.message());
-  }
-  // A case that must fail with `code` and a message naming the backend.
-  void ExpectError(const std::string& name, const Status& status, Status::Code code) {
-    if (status.code() == code && status.message().find("NCCL") != std::string::npos) {
-      ++passed_;
-      return;
-    }
-    Fail(name, "expected an error with code " + std::to_string(static_cast<int>(code)) +
-                   " naming NCCL, got code " + std::to_string(static_cast<int>(status.code())) +
-                   ": '" + status.message() + "'");
-  }
-  int passed() const { return passed_; }
-  int failed() const { return failed_; }
-  const std::string& report() const { return report_; }
-
- private:
-  void Fail(const std::string& name, const std::string& why) {
-    ++failed_;
-    report_ += "[rank " + std::to_string(rank_) + "] FAIL " + name + ": " + why + "\n";
-  }
-
-  int rank_;
-  int passed_ = 0;
-  int failed_ = 0;
-  std::string report_;  // printed by rank 0 at the end, in rank order, before the totals
-};
-
-// Every rank's failure lines, printed by rank 0 in rank order, then the totals as the last line.
-void PrintSummary(const Tally& tally, const MpiContext& mpi) {
-  const std::string& mine = tally.report();
-  int length = static_cast<int>(mine.size());
-  std::vector<int> lengths(mpi.size()), offsets(mpi.size(), 0);
-  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, mpi.comm());
-  for (int r = 1; r < mpi.size(); ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
-  std::string all(mpi.rank() == 0 ? offsets.back() + lengths.back() : 0, '\0');
-  MPI_Gatherv(mine.data(), length, MPI_CHAR, &all[0], lengths.data(), offsets.data(), MPI_CHAR,
-              0, mpi.comm());
-  int local[2] = {tally.passed(), tally.failed()}, total[2] = {0, 0};
-  MPI_Reduce(local, total, 2, MPI_INT, MPI_SUM, 0, mpi.comm());
-  if (mpi.rank() == 0) std::printf("%s%d passed, %d failed\n", all.c_str(), total[0], total[1]);
-  std::fflush(stdout);
-}
 
 struct World {
   Backend* backend;
