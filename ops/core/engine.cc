@@ -20,8 +20,9 @@ Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
     return true;
   });
   engine->controller_ = std::make_unique<Controller>(engine->control_.get(), config);
-  engine->executor_ = std::make_unique<Executor>(engine->cpu_backend_.get(), &engine->timeline_,
-                                                 engine->mpi_->rank(), engine->mpi_->size());
+  engine->executor_ = std::make_unique<Executor>(engine->cpu_backend_.get(), &engine->host_memory_,
+                                                 &engine->timeline_, engine->mpi_->rank(),
+                                                 engine->mpi_->size());
   if (!config.timeline_path.empty()) {
     Status status = engine->StartTimeline(config.timeline_path, config.timeline_max_bytes);
     if (!status.ok()) return status;
@@ -58,13 +59,26 @@ Status Engine::Submit(TensorEntry entry) {
     std::lock_guard<std::mutex> lock(state_mutex_);
     if (stopped_) return stop_reason_;
   }
-  if (entry.request.device >= 0)
-    return Status::Unimplemented(
-        "this kerashvd build has no GPU backend (built without NCCL); place the tensor on the "
-        "CPU or rebuild with -DKERASHVD_WITH_NCCL=ON");
+  if (entry.request.device >= 0) KERASHVD_RETURN_IF_ERROR(CheckDevice(entry.request));
   entry.submitted = std::chrono::steady_clock::now();
   queue_.Submit(std::move(entry));
   return Status::Ok();
+}
+
+Status Engine::CheckDevice(const Request& request) {
+  if (!GpuPlaneBuilt())
+    return Status::Unimplemented(
+        "this kerashvd build has no GPU backend (built without NCCL); place the tensor on the "
+        "CPU or rebuild with -DKERASHVD_WITH_NCCL=ON");
+  int expected = -1;
+  if (gpu_device_.compare_exchange_strong(expected, request.device) || expected == request.device)
+    return Status::Ok();
+  return Status::InvalidArgument(
+      "kerashvd drives one GPU per process: tensor '" + request.name + "' is on GPU " +
+      std::to_string(request.device) + ", but this process's GPU collectives run on GPU " +
+      std::to_string(expected) +
+      ". Place every tensor a process reduces on the same GPU (one process per GPU, e.g. "
+      "CUDA_VISIBLE_DEVICES=local rank).");
 }
 
 void Engine::Shutdown() {
@@ -112,10 +126,33 @@ void Engine::Loop() {
         group.push_back(&cycle.work[i]);
         bytes += FusedBytes(cycle.work[i].response.request);
       }
-      executor_->Run(group);
+      Executor* executor = nullptr;
+      Status placed = ExecutorFor(group, &executor);
+      if (placed.ok()) executor->Run(group);
+      else Executor::Fail(group, placed);
     }
     if (!cycle.work.empty()) timeline_.Cycle(executed, Timeline::Clock::now(), cycle.work.size(), bytes);
   }
+}
+
+Status Engine::ExecutorFor(const std::vector<WorkItem*>& group, Executor** out) {
+  const Response& response = group.front()->response;
+  if (response.kind != Response::Kind::kExecute || response.request.device < 0) {
+    *out = executor_.get();
+    return Status::Ok();
+  }
+  // This rank's own tensors say which GPU; a rank that has joined has none here and lets the
+  // plane choose (local rank modulo the visible GPUs).
+  // Submit has made sure that all of this rank's GPU tensors are on one device.
+  if (!gpu_) {
+    int device = -1;
+    for (const WorkItem* item : group)
+      if (item->entry) device = item->entry->request.device;
+    KERASHVD_RETURN_IF_ERROR(
+        CreateGpuPlane(*mpi_, &abort_, &timeline_, device, /*timeout_seconds=*/0, &gpu_));
+  }
+  *out = gpu_->executor();
+  return Status::Ok();
 }
 
 void Engine::Stop(const Status& reason) {

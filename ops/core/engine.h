@@ -15,11 +15,13 @@
 
 #include "abort_flag.h"
 #include "backend/backend.h"
+#include "backend/gpu_plane.h"
 #include "backend/mpi/mpi_context.h"
 #include "config.h"
 #include "control_plane.h"
 #include "controller.h"
 #include "executor.h"
+#include "host_memory_ops.h"
 #include "peer_monitor.h"
 #include "tensor_queue.h"
 #include "timeline.h"
@@ -52,6 +54,12 @@ class Engine {
   void Stop(const Status& reason);
 
   void OnPeerFailure(int rank, const std::string& what);
+  // A GPU tensor must be on the GPU of this process's earlier GPU tensors (checked locally,
+  // before negotiation, so that a misplaced tensor never leaves the other ranks waiting).
+  Status CheckDevice(const Request& request);
+  // The executor for a group: host or GPU, by where its tensors live. The first GPU group
+  // creates the GPU plane, collectively (see backend/gpu_plane.h).
+  Status ExecutorFor(const std::vector<WorkItem*>& group, Executor** out);
 
   Config config_;
   AbortFlag abort_;  // set when a peer fails; every wait in a collective checks it
@@ -59,7 +67,10 @@ class Engine {
   std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<Backend> cpu_backend_;
   std::unique_ptr<Controller> controller_;
-  std::unique_ptr<Executor> executor_;
+  HostMemoryOps host_memory_;
+  std::unique_ptr<Executor> executor_;  // host tensors
+  std::unique_ptr<GpuPlane> gpu_;       // GPU tensors; created by the first GPU group
+  std::atomic<int> gpu_device_{-1};     // the GPU of the first GPU tensor submitted
   std::unique_ptr<PeerMonitor> monitor_;
   TensorQueue queue_;
   Timeline timeline_;

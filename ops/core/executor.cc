@@ -1,8 +1,5 @@
 #include "executor.h"
 
-#include <cstring>
-
-#include "buffer_ops.h"
 
 namespace kerashvd {
 namespace {
@@ -26,11 +23,7 @@ double Executor::PostscaleOf(const Request& r) const {
 
 Status Executor::Output(WorkItem& item, size_t i, const Shape& shape, void** data) {
   int64_t bytes = NumElements(shape) * DataTypeSize(item.response.request.dtype);
-  if (!item.entry) {
-    if (static_cast<int64_t>(scratch_.size()) < bytes) scratch_.resize(bytes);
-    *data = scratch_.data();
-    return Status::Ok();
-  }
+  if (!item.entry) return memory_->Scratch(bytes, data);
   TensorEntry& e = *item.entry;
   if (i < e.outputs.size() && e.outputs[i] != nullptr) {
     *data = e.outputs[i];
@@ -72,8 +65,12 @@ const char* CollectivePhase(OpType op) {
 
 }  // namespace
 
+void Executor::Fail(std::vector<WorkItem*>& group, const Status& status) {
+  for (WorkItem* item : group)
+    if (item->entry && item->entry->done) item->entry->done(status, CollectiveResult());
+}
+
 void Executor::Run(std::vector<WorkItem*>& group) {
-  WorkItem& first = *group.front();
   const auto start = Timeline::Clock::now();
   if (timeline_->active())
     for (WorkItem* item : group) {
@@ -81,28 +78,41 @@ void Executor::Run(std::vector<WorkItem*>& group) {
       if (item->entry) timeline_->Phase(name, "NEGOTIATE", item->entry->submitted, item->ready);
       timeline_->Phase(name, "QUEUE", item->ready, start);
     }
-  const Response& response = first.response;
+  // Inputs produced asynchronously (on a GPU stream) must be complete before they are read.
+  // A rank whose inputs failed still takes part in the collective, so that the other ranks
+  // are not left waiting, and reports the failure on its own entries.
+  Status inputs;
+  for (WorkItem* item : group)
+    if (item->entry && item->entry->wait_inputs && inputs.ok()) inputs = item->entry->wait_inputs();
   CollectiveResult result;
-  Status status;
-  if (response.kind == Response::Kind::kError) {
-    status = Status::Mismatch(response.error);
-  } else if (response.kind == Response::Kind::kJoinDone) {
-    result.last_joined_rank = response.last_joined_rank;
-  } else {
-    switch (response.request.op_type) {
-      case OpType::kAllreduce: status = Allreduce(group); break;
-      case OpType::kAllgather: status = Allgather(first); break;
-      case OpType::kBroadcast: status = Broadcast(first); break;
-      case OpType::kAlltoall: status = Alltoall(first, &result); break;
-      case OpType::kReducescatter: status = Reducescatter(first); break;
-      case OpType::kBarrier:
-      case OpType::kJoin: break;  // negotiation itself synchronized the ranks
-    }
-  }
+  Status status = Execute(group, &result);
+  if (status.ok()) status = memory_->Finish();
+  if (status.ok()) status = inputs;
+  const Response& response = group.front()->response;
   if (response.kind == Response::Kind::kExecute && response.request.op_type != OpType::kAllreduce)
     Mark(group, CollectivePhase(response.request.op_type), start);
   for (WorkItem* item : group)
     if (item->entry && item->entry->done) item->entry->done(status, result);
+}
+
+Status Executor::Execute(std::vector<WorkItem*>& group, CollectiveResult* result) {
+  WorkItem& first = *group.front();
+  const Response& response = first.response;
+  if (response.kind == Response::Kind::kError) return Status::Mismatch(response.error);
+  if (response.kind == Response::Kind::kJoinDone) {
+    result->last_joined_rank = response.last_joined_rank;
+    return Status::Ok();
+  }
+  switch (response.request.op_type) {
+    case OpType::kAllreduce: return Allreduce(group);
+    case OpType::kAllgather: return Allgather(first);
+    case OpType::kBroadcast: return Broadcast(first);
+    case OpType::kAlltoall: return Alltoall(first, result);
+    case OpType::kReducescatter: return Reducescatter(first);
+    case OpType::kBarrier:
+    case OpType::kJoin: break;  // negotiation itself synchronized the ranks
+  }
+  return Status::Ok();
 }
 
 Status Executor::Allreduce(std::vector<WorkItem*>& group) {
@@ -117,13 +127,13 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
     KERASHVD_RETURN_IF_ERROR(Output(item, 0, sig.shapes[0], &out));
     const void* in = item.entry->inputs[0];
     if (sig.prescale != 1.0) {
-      ScaleCopy(in, out, count, sig.dtype, sig.prescale);
+      KERASHVD_RETURN_IF_ERROR(memory_->ScaleCopy(in, out, count, sig.dtype, sig.prescale));
       in = out;
     }
     auto t = Timeline::Clock::now();
     KERASHVD_RETURN_IF_ERROR(backend_->Allreduce(in, out, count, sig.dtype, options));
     double post = PostscaleOf(sig);
-    if (post != 1.0) ScaleCopy(out, out, count, sig.dtype, post);
+    if (post != 1.0) KERASHVD_RETURN_IF_ERROR(memory_->ScaleCopy(out, out, count, sig.dtype, post));
     Mark(group, "ALLREDUCE", t);
     return Status::Ok();
   }
@@ -132,7 +142,9 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
   const int64_t wire_size = DataTypeSize(wire);
   int64_t total = 0;
   for (WorkItem* item : group) total += FusedBytes(item->response.request);
-  char* buffer = static_cast<char*>(fusion_.Reserve(total));
+  void* fused;
+  KERASHVD_RETURN_IF_ERROR(memory_->FusionBuffer(total, &fused));
+  char* buffer = static_cast<char*>(fused);
 
   auto t = Timeline::Clock::now();
   int64_t offset = 0;
@@ -141,10 +153,13 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
     for (size_t i = 0; i < r.shapes.size(); ++i) {
       int64_t n = NumElements(r.shapes[i]);
       char* dst = buffer + offset;
-      if (!item->entry) std::memset(dst, 0, n * wire_size);
+      Status s;
+      if (!item->entry) s = memory_->Zero(dst, n * wire_size);
       else if (IsHalf(r.dtype))
-        HalfToFloat(item->entry->inputs[i], reinterpret_cast<float*>(dst), n, r.dtype, r.prescale);
-      else ScaleCopy(item->entry->inputs[i], dst, n, r.dtype, r.prescale);
+        s = memory_->HalfToFloat(item->entry->inputs[i], reinterpret_cast<float*>(dst), n, r.dtype,
+                                 r.prescale);
+      else s = memory_->ScaleCopy(item->entry->inputs[i], dst, n, r.dtype, r.prescale);
+      KERASHVD_RETURN_IF_ERROR(s);
       offset += n * wire_size;
     }
   }
@@ -162,9 +177,9 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
       if (!item->entry) continue;
       void* out;
       KERASHVD_RETURN_IF_ERROR(Output(*item, i, r.shapes[i], &out));
-      if (IsHalf(r.dtype))
-        FloatToHalf(reinterpret_cast<const float*>(src), out, n, r.dtype, post);
-      else ScaleCopy(src, out, n, r.dtype, post);
+      KERASHVD_RETURN_IF_ERROR(
+          IsHalf(r.dtype) ? memory_->FloatToHalf(reinterpret_cast<const float*>(src), out, n, r.dtype, post)
+                          : memory_->ScaleCopy(src, out, n, r.dtype, post));
     }
   }
   Mark(group, "MEMCPY_OUT_FUSION_BUFFER", t);
@@ -201,8 +216,8 @@ Status Executor::Broadcast(WorkItem& item) {
     void* out;
     KERASHVD_RETURN_IF_ERROR(Output(item, i, sig.shapes[i], &out));
     if (rank_ == sig.root_rank) {
-      if (item.entry && item.entry->inputs[i] != out) std::memcpy(out, item.entry->inputs[i], bytes);
-      if (!item.entry) std::memset(out, 0, bytes);
+      if (item.entry) KERASHVD_RETURN_IF_ERROR(memory_->Copy(out, item.entry->inputs[i], bytes));
+      else KERASHVD_RETURN_IF_ERROR(memory_->Zero(out, bytes));
     }
     KERASHVD_RETURN_IF_ERROR(backend_->Broadcast(out, bytes, BroadcastOptions{sig.root_rank}));
   }
@@ -249,18 +264,25 @@ Status Executor::Reducescatter(WorkItem& item) {
 
     // Stage the input in the fusion buffer unless it can be reduced straight from the input.
     const bool direct = !IsHalf(sig.dtype) && sig.prescale == 1.0 && item.entry;
-    char* buffer = static_cast<char*>(fusion_.Reserve((n + mine) * wire_size));
+    void* staging;
+    KERASHVD_RETURN_IF_ERROR(memory_->FusionBuffer((n + mine) * wire_size, &staging));
+    char* buffer = static_cast<char*>(staging);
     const void* send = direct ? item.entry->inputs[i] : buffer;
     if (!direct) {
-      if (!item.entry) std::memset(buffer, 0, n * wire_size);
+      Status s;
+      if (!item.entry) s = memory_->Zero(buffer, n * wire_size);
       else if (IsHalf(sig.dtype))
-        HalfToFloat(item.entry->inputs[i], reinterpret_cast<float*>(buffer), n, sig.dtype, sig.prescale);
-      else ScaleCopy(item.entry->inputs[i], buffer, n, sig.dtype, sig.prescale);
+        s = memory_->HalfToFloat(item.entry->inputs[i], reinterpret_cast<float*>(buffer), n,
+                                 sig.dtype, sig.prescale);
+      else s = memory_->ScaleCopy(item.entry->inputs[i], buffer, n, sig.dtype, sig.prescale);
+      KERASHVD_RETURN_IF_ERROR(s);
     }
     void* recv = IsHalf(sig.dtype) ? buffer + n * wire_size : out;
     KERASHVD_RETURN_IF_ERROR(backend_->ReduceScatter(send, recv, counts, wire, options));
-    if (IsHalf(sig.dtype)) FloatToHalf(reinterpret_cast<const float*>(recv), out, mine, sig.dtype, post);
-    else if (post != 1.0) ScaleCopy(out, out, mine, sig.dtype, post);
+    if (IsHalf(sig.dtype))
+      KERASHVD_RETURN_IF_ERROR(
+          memory_->FloatToHalf(reinterpret_cast<const float*>(recv), out, mine, sig.dtype, post));
+    else if (post != 1.0) KERASHVD_RETURN_IF_ERROR(memory_->ScaleCopy(out, out, mine, sig.dtype, post));
   }
   return Status::Ok();
 }

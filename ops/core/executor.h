@@ -6,6 +6,10 @@
 // skips the buffer and is reduced straight from its input into its output.
 // A rank that has joined owns no entry for some items: it contributes zeros (or no rows) and
 // its results go to scratch memory.
+//
+// The same executor serves host and GPU tensors: buffers, copies and scaling go through its
+// MemoryOps, which for GPU memory enqueue on the communicator's stream; Run waits for them
+// (MemoryOps::Finish) before it completes any entry, so outputs are final when `done` runs.
 #pragma once
 
 #include <vector>
@@ -13,15 +17,19 @@
 #include "backend/backend.h"
 #include "controller.h"
 #include "fusion.h"
+#include "memory_ops.h"
 #include "timeline.h"
 
 namespace kerashvd {
 
 class Executor {
  public:
-  Executor(Backend* backend, Timeline* timeline, int rank, int size)
-      : backend_(backend), timeline_(timeline), rank_(rank), size_(size) {}
+  // `backend` and `memory` must work on the same memory and outlive the executor.
+  Executor(Backend* backend, MemoryOps* memory, Timeline* timeline, int rank, int size)
+      : backend_(backend), memory_(memory), timeline_(timeline), rank_(rank), size_(size) {}
   void Run(std::vector<WorkItem*>& group);
+  // Completes every entry of `group` with `status` without communicating.
+  static void Fail(std::vector<WorkItem*>& group, const Status& status);
 
  private:
   Status Allreduce(std::vector<WorkItem*>& group);
@@ -36,12 +44,13 @@ class Executor {
   Timeline::Clock::time_point Mark(const std::vector<WorkItem*>& group, const char* phase,
                                    Timeline::Clock::time_point start);
 
+  Status Execute(std::vector<WorkItem*>& group, CollectiveResult* result);
+
   Backend* backend_;
+  MemoryOps* memory_;
   Timeline* timeline_;
   int rank_;
   int size_;
-  FusionBuffer fusion_;
-  std::vector<char> scratch_;
 };
 
 }  // namespace kerashvd

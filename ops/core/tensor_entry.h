@@ -19,8 +19,13 @@ struct CollectiveResult {
 
 struct TensorEntry {
   Request request;
-  // One input per tensor in request.shapes (host memory for the MPI backend).
+  // One input per tensor in request.shapes: host memory when request.device is -1, else
+  // memory on that GPU.
   std::vector<const void*> inputs;
+  // Optional: blocks until the inputs are complete (a GPU framework's kernel returns before
+  // the stream that produces them has run). Called on the background thread just before the
+  // collective reads them; an error fails this entry (the collective still runs).
+  std::function<Status()> wait_inputs;
   // One output per tensor. When the caller knows the output shape it allocates the output
   // up front and puts it here; a null output is allocated through `allocate` when the engine
   // knows its shape (allgather, alltoall).

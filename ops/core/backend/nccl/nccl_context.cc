@@ -16,15 +16,18 @@ namespace {
 constexpr int kSpinPolls = 2000;
 constexpr auto kPollSleep = std::chrono::microseconds(50);
 
-// Local setup before any collective step: device, stream, event, and (rank 0) the unique id.
-Status SetUpLocal(int device, bool make_id, cudaStream_t* stream, cudaEvent_t* event,
-                  ncclUniqueId* id) {
+// Local setup before any collective step: device (-1: local_rank % count), stream, event, and
+// (rank 0) the unique id.
+Status SetUpLocal(int* device_inout, int local_rank, bool make_id, cudaStream_t* stream,
+                  cudaEvent_t* event, ncclUniqueId* id) {
+  int& device = *device_inout;
   int count = 0;
   cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess)
     return Status::FailedPrecondition(
         std::string("the NCCL backend needs a CUDA device, but cudaGetDeviceCount failed: ") +
         cudaGetErrorName(error) + ": " + cudaGetErrorString(error));
+  if (device < 0 && count > 0) device = local_rank % count;
   if (device < 0 || device >= count)
     return Status::InvalidArgument("the NCCL backend was asked for CUDA device " +
                                    std::to_string(device) + " but this process sees " +
@@ -68,15 +71,17 @@ Status CudaStatus(cudaError_t error, const char* call) {
 }
 
 Status NcclContext::Create(const MpiContext& mpi, int device, double timeout_seconds,
-                           std::unique_ptr<NcclContext>* out) {
+                           std::unique_ptr<NcclContext>* out, const AbortFlag* abort) {
   std::unique_ptr<NcclContext> ctx(new NcclContext());
-  ctx->device_ = device;
   ctx->rank_ = mpi.rank();
   ctx->size_ = mpi.size();
   ctx->timeout_seconds_ = timeout_seconds;
+  ctx->abort_ = abort;
 
   ncclUniqueId id{};
-  Status local = SetUpLocal(device, mpi.rank() == 0, &ctx->stream_, &ctx->event_, &id);
+  Status local = SetUpLocal(&device, mpi.local_rank(), mpi.rank() == 0, &ctx->stream_,
+                            &ctx->event_, &id);
+  ctx->device_ = device;
   KERASHVD_RETURN_IF_ERROR(AgreeAll(mpi, local, "device setup"));
   KERASHVD_RETURN_IF_ERROR(
       MpiStatus(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi.comm()), "MPI_Bcast(ncclUniqueId)"));
@@ -118,6 +123,7 @@ Status NcclContext::Wait(const char* what) {
     KERASHVD_RETURN_IF_ERROR(
         NcclStatus(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError"));
     if (async != ncclSuccess) return Abort(NcclStatus(async, what));
+    if (abort_ != nullptr && abort_->is_set()) return Abort(abort_->status());
     if (timeout_seconds_ > 0) {
       const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
       if (elapsed.count() > timeout_seconds_) {

@@ -8,8 +8,9 @@
 // then every rank calls ncclCommInitRank on its device.
 //
 // Completion: Wait() records the event on the stream and polls it, checking
-// ncclCommGetAsyncError between polls. An asynchronous NCCL error (a peer died, a network
-// failure) or an elapsed timeout aborts the communicator (ncclCommAbort), which makes the
+// ncclCommGetAsyncError and the engine's abort flag between polls. An asynchronous NCCL error
+// (a peer died, a network failure), the abort flag (the engine's peer monitor saw a rank die
+// or freeze) or an elapsed timeout aborts the communicator (ncclCommAbort), which makes the
 // stuck kernels exit instead of hanging the process; every later call then fails at once.
 //
 // Not thread-safe: one thread (the engine's background thread) uses a context at a time.
@@ -21,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "../../abort_flag.h"
 #include "../../status.h"
 #include "../mpi/mpi_context.h"
 
@@ -35,10 +37,11 @@ Status CudaStatus(cudaError_t error, const char* call);
 class NcclContext {
  public:
   // Collective over `mpi`'s ranks. `device` is this rank's CUDA device ordinal (the engine
-  // would use the tensor's device; a test uses local_rank % device count). A positive
+  // uses its tensors' device; -1 picks local_rank % the visible device count). A positive
   // `timeout_seconds` bounds every Wait(); 0 waits for as long as the collective takes.
+  // `abort` (optional; must outlive the context) ends any Wait() once it is set.
   static Status Create(const MpiContext& mpi, int device, double timeout_seconds,
-                       std::unique_ptr<NcclContext>* out);
+                       std::unique_ptr<NcclContext>* out, const AbortFlag* abort = nullptr);
   ~NcclContext();
   NcclContext(const NcclContext&) = delete;
   NcclContext& operator=(const NcclContext&) = delete;
@@ -66,6 +69,7 @@ class NcclContext {
   int rank_ = 0;
   int size_ = 1;
   double timeout_seconds_ = 0;
+  const AbortFlag* abort_ = nullptr;
   bool aborted_ = false;
   std::string abort_reason_;
 };

@@ -49,8 +49,10 @@ class Tally {
   explicit Tally(int rank) : rank_(rank) {}
   // One case: the backend's status, then (when it succeeded) the comparison's verdict.
   void Record(const std::string& name, const Status& status, const std::string& mismatch);
-  // A case that must fail with `code` and a message naming the backend.
-  void ExpectError(const std::string& name, const Status& status, Status::Code code);
+  // A case that must fail with `code` and a message containing `must_name` (the backend, by
+  // default).
+  void ExpectError(const std::string& name, const Status& status, Status::Code code,
+                   const std::string& must_name = "NCCL");
   int passed() const { return passed_; }
   int failed() const { return failed_; }
   const std::string& report() const { return report_; }

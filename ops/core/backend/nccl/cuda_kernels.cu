@@ -1,0 +1,94 @@
+#include "cuda_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+namespace kerashvd {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 4096;  // grid-stride loops cover the rest
+
+int Blocks(int64_t count) {
+  int64_t blocks = (count + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
+template <typename T>
+__global__ void ScaleKernel(const T* src, T* dst, int64_t n, double factor) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    if constexpr (std::is_floating_point<T>::value) {
+      dst[i] = src[i] * static_cast<T>(factor);
+    } else {
+      dst[i] = static_cast<T>(static_cast<double>(src[i]) * factor);
+    }
+  }
+}
+
+template <typename H, bool kToFloat>
+__global__ void ConvertKernel(const void* src, void* dst, int64_t n, float factor) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    if constexpr (kToFloat) {
+      static_cast<float*>(dst)[i] = static_cast<float>(static_cast<const H*>(src)[i]) * factor;
+    } else {
+      const float x = static_cast<const float*>(src)[i] * factor;
+      if constexpr (std::is_same<H, __half>::value) static_cast<H*>(dst)[i] = __float2half_rn(x);
+      else static_cast<H*>(dst)[i] = __float2bfloat16_rn(x);
+    }
+  }
+}
+
+template <typename T>
+cudaError_t Scale(const void* src, void* dst, int64_t n, double factor, cudaStream_t stream) {
+  ScaleKernel<T><<<Blocks(n), kThreads, 0, stream>>>(static_cast<const T*>(src),
+                                                      static_cast<T*>(dst), n, factor);
+  return cudaGetLastError();
+}
+
+template <bool kToFloat>
+cudaError_t Convert(const void* src, void* dst, int64_t n, DataType dtype, double factor,
+                    cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const float f = static_cast<float>(factor);
+  if (dtype == DataType::kBfloat16)
+    ConvertKernel<__nv_bfloat16, kToFloat><<<Blocks(n), kThreads, 0, stream>>>(src, dst, n, f);
+  else
+    ConvertKernel<__half, kToFloat><<<Blocks(n), kThreads, 0, stream>>>(src, dst, n, f);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchScaleCopy(const void* src, void* dst, int64_t count, DataType dtype,
+                            double factor, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (factor != 1.0) {
+    switch (dtype) {
+      case DataType::kUint8: return Scale<uint8_t>(src, dst, count, factor, stream);
+      case DataType::kInt8: return Scale<int8_t>(src, dst, count, factor, stream);
+      case DataType::kInt32: return Scale<int32_t>(src, dst, count, factor, stream);
+      case DataType::kInt64: return Scale<int64_t>(src, dst, count, factor, stream);
+      case DataType::kFloat32: return Scale<float>(src, dst, count, factor, stream);
+      case DataType::kFloat64: return Scale<double>(src, dst, count, factor, stream);
+      default: break;
+    }
+  }
+  if (src == dst) return cudaSuccess;
+  return cudaMemcpyAsync(dst, src, count * DataTypeSize(dtype), cudaMemcpyDeviceToDevice, stream);
+}
+
+cudaError_t LaunchHalfToFloat(const void* src, float* dst, int64_t count, DataType dtype,
+                              double factor, cudaStream_t stream) {
+  return Convert<true>(src, dst, count, dtype, factor, stream);
+}
+
+cudaError_t LaunchFloatToHalf(const float* src, void* dst, int64_t count, DataType dtype,
+                              double factor, cudaStream_t stream) {
+  return Convert<false>(src, dst, count, dtype, factor, stream);
+}
+
+}  // namespace kerashvd

@@ -1,0 +1,30 @@
+// HostMemoryOps: MemoryOps on host memory, done synchronously on the calling thread.
+#pragma once
+
+#include <vector>
+
+#include "fusion.h"
+#include "memory_ops.h"
+
+namespace kerashvd {
+
+class HostMemoryOps : public MemoryOps {
+ public:
+  Status FusionBuffer(int64_t bytes, void** out) override;
+  Status Scratch(int64_t bytes, void** out) override;
+  Status Copy(void* dst, const void* src, int64_t bytes) override;
+  Status Zero(void* dst, int64_t bytes) override;
+  Status ScaleCopy(const void* src, void* dst, int64_t count, DataType dtype,
+                   double factor) override;
+  Status HalfToFloat(const void* src, float* dst, int64_t count, DataType dtype,
+                     double factor) override;
+  Status FloatToHalf(const float* src, void* dst, int64_t count, DataType dtype,
+                     double factor) override;
+  Status Finish() override { return Status::Ok(); }
+
+ private:
+  kerashvd::FusionBuffer fusion_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace kerashvd
