@@ -13,10 +13,21 @@
 // zeros from GPU scratch memory), a shape mismatch (an error on every rank, then the engine
 // goes on), a tensor on the wrong GPU (refused at submission), and wait_inputs being called.
 // Rank 0 prints every rank's failures and "N passed, N failed" as its last line.
+//
+//   mpiexec -n 2 ./kerashvd_gpu_engine_test --freeze
+//
+// instead checks a failure: ranks loop on a 64 MiB GPU allreduce and rank 1 stops itself
+// (SIGSTOP) after two seconds, most likely inside an NCCL collective. Every other rank must
+// get an error naming rank 1 within the peer timeout (5 s) plus a margin, print "FREEZE OK",
+// and then end the job with MPI_Abort (which also kills the stopped rank).
 #include <cuda_runtime.h>
+#include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -375,15 +386,50 @@ void TestErrors(Engine* e, Tally* t, int rank, int size) {
                  "one GPU per process");
 }
 
+// See the file comment. Returns the process's exit status (survivors end the job first).
+int FreezeTest(Engine* e, int rank) {
+  const int64_t n = (64LL << 20) / 4;
+  if (rank == 1) std::thread([] {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      std::raise(SIGSTOP);
+    }).detach();
+  const auto start = std::chrono::steady_clock::now();
+  for (int step = 0;; ++step) {
+    Job job;
+    job.entry.request = MakeRequest("freeze.allreduce", OpType::kAllreduce, DataType::kFloat32, {{n}});
+    AddTensor(&job, std::vector<double>(n, 1.0), n);
+    const auto call = std::chrono::steady_clock::now();
+    RunAll(e, {&job});
+    const auto now = std::chrono::steady_clock::now();
+    if (job.status.ok()) {
+      if (now - start > std::chrono::seconds(60)) Fatal("no error 60 s after rank 1 froze");
+      continue;
+    }
+    const double since_start = std::chrono::duration<double>(now - start).count();
+    const double call_s = std::chrono::duration<double>(now - call).count();
+    const bool names = job.status.message().find("rank 1") != std::string::npos;
+    std::printf("[rank %d] step %d failed %.2f s into its call, %.2f s after the start "
+                "(rank 1 froze at ~2 s): %s\n",
+                rank, step, call_s, since_start, job.status.message().c_str());
+    std::printf("[rank %d] %s\n", rank, names && since_start < 2 + 5 + 10 ? "FREEZE OK" : "FREEZE FAILED");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // let the others print
+    MPI_Abort(MPI_COMM_WORLD, names ? 0 : 1);
+    return 1;
+  }
+}
+
 }  // namespace
 }  // namespace kerashvd
 
-int main() {
+int main(int argc, char** argv) {
   using namespace kerashvd;
+  const bool freeze = argc > 1 && std::string(argv[1]) == "--freeze";
   std::unique_ptr<Engine> engine;
   Config config;
   config.stall_check_seconds = 30;
   config.stall_shutdown_seconds = 90;
+  if (freeze) config.peer_timeout_seconds = 5;
   Status status = Engine::Create(config, &engine);
   if (!status.ok()) {
     std::fprintf(stderr, "Engine::Create failed: %s\n", status.message().c_str());
@@ -398,6 +444,7 @@ int main() {
   std::printf("[rank %d/%d] GPU %d of %d\n", mpi.rank(), mpi.size(), g_device, devices);
   std::fflush(stdout);
 
+  if (freeze) return FreezeTest(engine.get(), mpi.rank());
   Tally tally(mpi.rank());
   const int rank = mpi.rank(), size = mpi.size();
   TestAllreduce(engine.get(), &tally, rank, size);
