@@ -1,8 +1,7 @@
 """Start every rank from the same model and optimizer state."""
 
-import keras
-
 import kerashvd as hvd
+from kerashvd.keras_compat import build_optimizer, keras, optimizer_variables
 
 __all__ = ["BroadcastGlobalVariablesCallback", "broadcast_model_state"]
 
@@ -13,9 +12,10 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     Ranks usually initialize weights from different random seeds, and only one rank may have
     restored a checkpoint; after this callback every rank holds ``root_rank``'s weights
     (trainable and not), optimizer slots (e.g. Adam's moments), iteration count and learning
-    rate before the first step. Keras builds the optimizer before ``on_train_begin``; an
-    optimizer that is still unbuilt (e.g. when the callback is driven by hand) is built on the
-    model's trainable variables first, so every rank broadcasts the same list.
+    rate before the first step. Keras 3 builds the optimizer before ``on_train_begin``; an
+    optimizer that is still unbuilt (always with Keras 2, which builds it at the first step;
+    or when the callback is driven by hand) is built on the model's trainable variables
+    first, so every rank broadcasts the same list.
 
     The broadcast runs at the start of every ``fit`` the callback is passed to. Every rank
     must pass it (collectives are matched by name), and the ranks' models must have the same
@@ -47,8 +47,9 @@ def broadcast_model_state(model, root_rank=0, name="callbacks.broadcast_model_st
     """Assigns ``root_rank``'s model and optimizer variables on every rank.
 
     The function behind :class:`BroadcastGlobalVariablesCallback`, for custom training loops.
-    Builds an unbuilt optimizer on ``model.trainable_variables`` first. Every rank must call
-    it, with the same ``name``.
+    Builds an unbuilt optimizer on ``model.trainable_variables`` first. The optimizer's
+    learning rate is included also where Keras 2 keeps it out of ``optimizer.variables``.
+    Every rank must call it, with the same ``name``.
 
     Args:
         model: a built Keras model (its ``optimizer``, if any, is included).
@@ -65,7 +66,6 @@ def broadcast_model_state(model, root_rank=0, name="callbacks.broadcast_model_st
     optimizer = getattr(model, "optimizer", None)
     variables = list(model.variables)
     if optimizer is not None:
-        if not optimizer.built:
-            optimizer.build(model.trainable_variables)
-        variables += list(optimizer.variables)
+        build_optimizer(optimizer, model.trainable_variables)
+        variables += optimizer_variables(optimizer)
     hvd.broadcast_variables(variables, root_rank=root_rank, name=name)

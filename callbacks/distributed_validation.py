@@ -16,24 +16,32 @@ Where to hook (Keras 3 TF trainer, ``Model.evaluate``, also used by ``fit`` for 
     callbacks.on_test_end(logs)   # too late: logs are computed, and CallbackList passes a copy
     return logs                   # fit prefixes these with "val_"
 
+Keras 2 (tf_keras ``Model.evaluate``) has the same shape: ``logs = {}``; ``on_test_begin``;
+``reset_metrics``; the batches, each ``test_function(it)``, which calls ``model.test_step``;
+then ``_validate_and_get_metrics_result(logs)`` -> ``get_metrics_result()``, also when no
+batch ran; ``on_test_end``. It takes ``test_function`` before ``on_test_begin``, but looks
+``test_step`` up at every step (Keras 3 the reverse).
+
 The only call between the last batch and the read is the public, overridable
 ``Model.get_metrics_result()``. From ``on_test_begin`` to ``on_test_end`` the callback wraps it,
-and ``model.test_function``, on the model instance: the states are reduced at the first
-``get_metrics_result()`` call made eagerly outside ``test_function`` -- the read after the loop.
-Calls inside a step (traced, or eager with ``run_eagerly=True``) pass through. Batch hooks
+and ``model.test_function`` and ``model.test_step``, on the model instance: the states are
+reduced at the first ``get_metrics_result()`` call made eagerly outside a step -- the read
+after the loop. Calls inside a step (traced, or eager with ``run_eagerly=True``; ``test_step``
+itself calls it) pass through. Batch hooks
 are not used: a dataset of unknown size (or an empty shard) ends with an ``on_test_batch_begin``
 that has no ``on_test_batch_end``. Ranks may run different numbers of batches: the reduction
 is issued once per evaluation, after each rank's own loop.
 """
 
-import keras
 import tensorflow as tf
 
 import kerashvd as hvd
+from kerashvd.keras_compat import KERAS_NAME, keras, variable_aggregation
 
 __all__ = ["DistributedValidationCallback", "reduce_metric_states"]
 
 _STATE_OPS = {"sum": "sum", "mean": "mean", "only_first_replica": "first"}
+_UNSET = object()
 
 
 class DistributedValidationCallback(keras.callbacks.Callback):
@@ -68,16 +76,17 @@ class DistributedValidationCallback(keras.callbacks.Callback):
     def __init__(self):
         super().__init__()
         self._active = False  # between on_test_begin and on_test_end
-        self._in_step = False  # inside model.test_function
+        self._in_step = 0  # depth of test_function / test_step calls
         self._reduced = False
-        self._installed = None  # (model, result wrapper, step wrapper, original step)
+        self._installed = None  # (model, {attribute: wrapper}, {attribute: original or _UNSET})
 
     def on_test_begin(self, logs=None):
         model = self.model
         if not isinstance(model, keras.Model):
-            raise TypeError(f"{type(self).__name__} needs a Keras 3 keras.Model; received "
-                            f"{type(model).__name__}")
-        self._active, self._in_step, self._reduced = True, False, False
+            raise TypeError(f"{type(self).__name__} needs a {KERAS_NAME} Model (set "
+                            "TF_USE_LEGACY_KERAS=1 for tf_keras models, unset it for Keras 3); "
+                            f"received {type(model).__module__}.{type(model).__name__}")
+        self._active, self._in_step, self._reduced = True, 0, False
         self._install(model)
 
     def on_test_end(self, logs=None):
@@ -86,13 +95,12 @@ class DistributedValidationCallback(keras.callbacks.Callback):
         if not self._reduced:
             raise RuntimeError(
                 f"{type(self).__name__}: the model's metrics were not read after the validation "
-                "loop, so they were not reduced over ranks. It supports the Keras 3 trainer's "
-                "fit/evaluate (which read them with Model.get_metrics_result()).")
+                "loop, so they were not reduced over ranks. It supports the Keras 3 and tf_keras "
+                "trainers' fit/evaluate (which read them with Model.get_metrics_result()).")
 
     def _install(self, model):
         self._uninstall()
         original_result = model.get_metrics_result
-        original_step = getattr(model, "test_function", None)
 
         def get_metrics_result():
             if self._active and not self._in_step and not self._reduced and tf.executing_eagerly():
@@ -100,27 +108,37 @@ class DistributedValidationCallback(keras.callbacks.Callback):
                 reduce_metric_states(model.metrics, name="callbacks.distributed_validation")
             return original_result()
 
-        def test_function(*args, **kwargs):
-            self._in_step = True
-            try:
-                return original_step(*args, **kwargs)
-            finally:
-                self._in_step = False
+        def in_step(step):
+            def wrapper(*args, **kwargs):
+                self._in_step += 1
+                try:
+                    return step(*args, **kwargs)
+                finally:
+                    self._in_step -= 1
+            return wrapper
 
-        model.get_metrics_result = get_metrics_result
-        if original_step is not None:
-            model.test_function = test_function
-        self._installed = (model, get_metrics_result, test_function, original_step)
+        wrappers = {"get_metrics_result": get_metrics_result}
+        for attribute in ("test_function", "test_step"):
+            step = getattr(model, attribute, None)
+            if step is not None:
+                wrappers[attribute] = in_step(step)
+        originals = {a: model.__dict__.get(a, _UNSET) for a in wrappers}
+        for attribute, wrapper in wrappers.items():
+            setattr(model, attribute, wrapper)
+        self._installed = (model, wrappers, originals)
 
     def _uninstall(self):
         if self._installed is None:
             return
-        model, result_wrapper, step_wrapper, original_step = self._installed
+        model, wrappers, originals = self._installed
         self._installed = None
-        if model.__dict__.get("get_metrics_result") is result_wrapper:
-            del model.get_metrics_result
-        if getattr(model, "test_function", None) is step_wrapper:
-            model.test_function = original_step
+        for attribute, wrapper in wrappers.items():
+            if model.__dict__.get(attribute) is not wrapper:
+                continue  # replaced meanwhile (e.g. compile() made a new test_function)
+            if originals[attribute] is _UNSET:
+                delattr(model, attribute)
+            else:
+                setattr(model, attribute, originals[attribute])
 
 
 def reduce_metric_states(metrics, name="metric_states"):
@@ -155,16 +173,18 @@ def reduce_metric_states(metrics, name="metric_states"):
             if id(variable) in seen:
                 continue
             seen.add(id(variable))
-            aggregation = getattr(variable, "aggregation", "sum") or "none"
+            aggregation = variable_aggregation(variable)
             if aggregation not in _STATE_OPS:
                 raise ValueError(
-                    f"reduce_metric_states cannot combine state variable {variable.path!r} of "
-                    f"metric {metric.name!r} over ranks: its aggregation is {aggregation!r}. "
-                    "Create it with metric.add_variable(..., aggregation='sum') (or 'mean').")
+                    f"reduce_metric_states cannot combine state variable "
+                    f"{getattr(variable, 'path', variable.name)!r} of metric {metric.name!r} over "
+                    f"ranks: its aggregation is {aggregation!r}. Create it with aggregation='sum' "
+                    "(or 'mean'): metric.add_variable(..., aggregation='sum') in Keras 3, "
+                    "metric.add_weight(..., aggregation=tf.VariableAggregation.SUM) in tf_keras.")
             key = (_STATE_OPS[aggregation], tf.as_dtype(variable.dtype).name)
             groups.setdefault(key, []).append(variable)
     for (kind, dtype), variables in sorted(groups.items()):
-        values = [tf.convert_to_tensor(v.value) for v in variables]
+        values = [tf.convert_to_tensor(v) for v in variables]
         key = f"{name}.{kind}.{dtype}"
         if kind == "first":
             reduced = hvd.grouped_broadcast(values, root_rank=0, name=key)

@@ -23,11 +23,11 @@ broadcast, so every rank ends the epoch with identical weights.
 
 import numbers
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 import kerashvd as hvd
+from kerashvd.keras_compat import keras
 
 from .broadcast_global_variables import broadcast_model_state
 
@@ -64,7 +64,11 @@ class JoinCallback(keras.callbacks.Callback):
     Limits: with ``DistributedOptimizer(backward_passes_per_step=k > 1)`` give every rank a
     multiple of ``k`` batches per epoch (the local accumulation counter is not reset by the
     join). Each epoch costs one join and one broadcast of the model and optimizer variables.
-    A rank with no batches at all in an epoch is fine: it joins at once.
+    With Keras 3, a rank with no batches at all in an epoch is fine: it joins at once. With
+    Keras 2 (tf_keras) every rank needs at least one batch per epoch: tf_keras' ``fit``
+    itself refuses an empty dataset (``ValueError: Expected input data to be non-empty``, or
+    for a dataset of unknown size ``Unexpected result of `train_function` (Empty logs)``)
+    before any callback can join.
 
     Example:
 

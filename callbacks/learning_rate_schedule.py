@@ -3,7 +3,9 @@
 import numbers
 import warnings
 
-import keras
+import numpy as np
+
+from kerashvd.keras_compat import keras, optimizer_built
 
 __all__ = ["LearningRateScheduleCallback"]
 
@@ -22,11 +24,12 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     whose velocity includes the learning rate (SGD and RMSprop with momentum) would carry the
     old learning rate into the first step after a change. When the learning rate changes by
     ``r = new_lr / old_lr``, the step that follows uses momentum ``momentum * r``, as in
-    Horovod. Keras 3 SGD/RMSprop hold ``momentum`` as a Python float that is compiled into the
-    train function, so instead of changing it the callback scales their momentum buffers by
-    ``r`` (the same update for plain momentum; for Nesterov, the look-ahead term keeps the
-    unscaled coefficient). An optimizer whose ``momentum`` is a variable gets it scaled for
-    one step and restored after the batch, exactly as in Horovod. Optimizers without a
+    Horovod. Keras 3 and tf_keras SGD/RMSprop hold ``momentum`` as a Python float that is
+    compiled into the train function, so instead of changing it the callback scales their
+    momentum buffers by ``r`` (the same update for plain momentum; for Nesterov, the
+    look-ahead term keeps the unscaled coefficient). An optimizer whose ``momentum`` is a
+    variable (tf_keras' legacy optimizers) gets it scaled for one step and restored after the
+    batch, exactly as in Horovod. Optimizers without a
     ``momentum`` attribute (Adam, ...) are unaffected.
 
     The learning rate at the end of each epoch is written to ``logs["learning_rate"]``.
@@ -143,11 +146,11 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         if momentum is None or isinstance(momentum, bool):
             return
         if hasattr(momentum, "assign"):  # a variable: scale it for this step (Horovod)
-            value = float(keras.ops.convert_to_numpy(momentum))
+            value = float(np.asarray(momentum))
             momentum.assign(value * ratio)
             self._restore_momentum = (momentum, value)
             return
-        if float(momentum) == 0.0 or not inner.built:
+        if float(momentum) == 0.0 or not optimizer_built(inner):
             return  # no velocity yet (Keras builds the optimizer when it first traces a step)
         buffers = getattr(inner, "momentums", None)
         if buffers is None:
@@ -166,7 +169,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
 
 def get_learning_rate(optimizer):
     """Returns the optimizer's current learning rate as a Python float."""
-    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+    return float(np.asarray(optimizer.learning_rate))
 
 
 def _innermost(optimizer):
@@ -175,7 +178,7 @@ def _innermost(optimizer):
     while id(optimizer) not in seen:
         seen.add(id(optimizer))
         inner = getattr(optimizer, "inner_optimizer", None)
-        if not isinstance(inner, keras.optimizers.Optimizer):
+        if inner is None or not hasattr(inner, "learning_rate"):  # any Keras' optimizer
             break
         optimizer = inner
     return optimizer

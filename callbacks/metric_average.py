@@ -3,11 +3,11 @@
 import numbers
 import zlib
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 import kerashvd as hvd
+from kerashvd.keras_compat import keras
 
 __all__ = ["MetricAverageCallback"]
 

@@ -4,14 +4,17 @@ import math
 import os
 import warnings
 
-import keras
-
 import kerashvd as hvd
+from kerashvd.keras_compat import KERAS_NAME, USES_TF_KERAS, keras
 
 from .checkpoint_io import atomic_save, write_record
 
 __all__ = ["ModelCheckpoint"]
 
+# The endings of single-file formats (written atomically), by save_weights_only. tf_keras also
+# writes the legacy HDF5 format; its SavedModel and TF-checkpoint formats are several files.
+_SUFFIXES = {False: (".keras", ".h5") if USES_TF_KERAS else (".keras",),
+             True: (".weights.h5", ".h5") if USES_TF_KERAS else (".weights.h5",)}
 _MAX_HINTS = ("acc", "auc", "precision", "recall", "fmeasure", "f1", "iou", "r2")
 _MIN_HINTS = ("loss", "error", "mse", "mae", "mape", "msle", "crossentropy", "hinge")
 
@@ -37,6 +40,9 @@ class ModelCheckpoint(keras.callbacks.Callback):
     Loading on rank 0 only also works (the other ranks build and compile the same model in
     code; the broadcast callback then copies rank 0's weights, iterations and optimizer slots).
     A full-model ``.keras`` file holds the optimizer state; a ``.weights.h5`` file does not.
+    With Keras 2 (tf_keras) a full-model ``.h5`` file (legacy HDF5, optimizer state included)
+    and ``.h5`` weights work too; tf_keras' SavedModel directories and TF checkpoints are
+    several files, which cannot be replaced atomically, and are refused.
 
     The record is written right after the model file (two atomic renames, not one): a crash
     between them leaves a complete model file and a record of the previous save. With
@@ -51,7 +57,7 @@ class ModelCheckpoint(keras.callbacks.Callback):
     Args:
         filepath: where to save; may contain ``{epoch}`` (1-based, as in Keras) and log keys,
             e.g. ``"ckpt/model-{epoch:03d}.keras"``. Must end in ``.keras``, or
-            ``.weights.h5`` with ``save_weights_only=True``.
+            ``.weights.h5`` with ``save_weights_only=True`` (Keras 2: or ``.h5``).
         monitor: the log key compared for ``save_best_only``.
         mode: ``"min"``, ``"max"`` or ``"auto"`` (inferred from ``monitor``'s name).
         save_best_only: save only when ``monitor`` improves.
@@ -77,10 +83,13 @@ class ModelCheckpoint(keras.callbacks.Callback):
                  save_weights_only=False, initial_value_threshold=None, verbose=0):
         super().__init__()
         filepath = os.fspath(filepath)
-        suffix = ".weights.h5" if save_weights_only else ".keras"
-        if not filepath.endswith(suffix):
-            raise ValueError(f"filepath must end in {suffix!r} with save_weights_only="
-                             f"{save_weights_only}; received filepath={filepath!r}")
+        suffixes = _SUFFIXES[bool(save_weights_only)]
+        if not filepath.endswith(suffixes):
+            raise ValueError(
+                f"filepath must end in {' or '.join(map(repr, suffixes))} with save_weights_only="
+                f"{save_weights_only} on {KERAS_NAME}; received filepath={filepath!r}. "
+                "ModelCheckpoint replaces single files atomically, so SavedModel directories "
+                "and TF checkpoints are not supported.")
         if mode not in ("auto", "min", "max"):
             raise ValueError(f"mode must be 'auto', 'min' or 'max'; received mode={mode!r}")
         if mode == "auto" and save_best_only:

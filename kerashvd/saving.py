@@ -2,16 +2,15 @@
 
 import inspect
 
-import keras
-
-from .optimizer.keras3 import DistributedOptimizer
+from .keras_compat import build_optimizer, keras
+from .optimizer import DistributedOptimizer
 
 _WRAPPER_ARGS = tuple(p for p in inspect.signature(DistributedOptimizer.__init__).parameters
                       if p not in ("self", "optimizer"))
 
 
 def load_model(filepath, custom_objects=None, compile=True, **distributed_optimizer_kwargs):
-    """Loads a ``.keras`` model and wraps its optimizer in a :class:`DistributedOptimizer`.
+    """Loads a saved model and wraps its optimizer in a :class:`DistributedOptimizer`.
 
     The optimizer keeps the state it was saved with (``iterations``, Adam's moments ...):
     the state is loaded into the saved optimizer, which then becomes the wrapper's inner
@@ -21,12 +20,16 @@ def load_model(filepath, custom_objects=None, compile=True, **distributed_optimi
     alone also restores a saved ``DistributedOptimizer``, since the class is registered as a
     Keras serializable.
 
+    The file is read by the Keras ``tf.keras`` uses (``kerashvd.keras_compat``): with Keras 3
+    a ``.keras`` file; with Keras 2 (tf_keras, ``TF_USE_LEGACY_KERAS=1``) also a legacy
+    ``.h5`` file or a SavedModel directory, whatever ``tf_keras.models.load_model`` reads.
+
     Every rank can load the same file; to start all ranks from rank 0's state after loading
     on one rank only, broadcast the weights and optimizer variables (e.g. with the broadcast
     callback, or ``kerashvd.broadcast_variables(model.variables + opt.variables, 0)``).
 
     Args:
-        filepath: path of a ``.keras`` file.
+        filepath: path of a ``.keras`` file (Keras 2: or ``.h5``, or a SavedModel directory).
         custom_objects: as for ``keras.saving.load_model``.
         compile: load the training configuration; with False the model is returned as
             Keras loads it, without an optimizer.
@@ -76,4 +79,4 @@ def _recompile(model, optimizer):
     config["optimizer"] = optimizer
     model.compile(**config)
     if model.built:
-        optimizer.build(model.trainable_variables)
+        build_optimizer(optimizer, model.trainable_variables)

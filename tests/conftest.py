@@ -1,13 +1,15 @@
-"""Shared fixtures.
+"""Shared fixtures, and the runner that reruns tests/parallel/ in fresh processes.
 
 Tests under tests/parallel/ are written for any world size: plain `pytest` runs them as one
-process (size 1), and tests/test_mpi_sizes.py reruns the same files under `mpiexec -n 2/3/4`.
+process (size 1), and tests/test_mpi_sizes.py reruns the same files under `mpiexec -n 2/3/4`;
+tests/test_keras2.py reruns those marked `keras` with Keras 2 (`TF_USE_LEGACY_KERAS=1`).
 Every rank runs the same tests in the same order, so collectives line up; a rank that fails
 an assertion does so after its collectives, and the stall shutdown time set for those runs
 turns any mismatch into an error instead of a hang.
 """
 
 import os
+import subprocess
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -30,3 +32,34 @@ def mpiexec_path():
     """The mpiexec of the mpich wheel installed beside this Python."""
     candidate = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     return candidate if os.path.exists(candidate) else "mpiexec"
+
+
+PARALLEL = os.path.join(REPO, "tests", "parallel")
+
+
+def run_parallel_tests(np, env=None, pytest_args=()):
+    """Runs tests/parallel/ in ``np`` fresh processes (mpiexec for np > 1); returns the output.
+
+    ``env`` is added to this environment (e.g. ``TF_USE_LEGACY_KERAS``, which must be set
+    before TensorFlow is imported, hence the fresh processes), ``pytest_args`` to pytest's
+    command line (e.g. ``["-m", "keras"]``). Fails the calling test when any rank fails or
+    when fewer than ``np`` ranks report passed tests.
+    """
+    full_env = dict(os.environ)
+    full_env.update({
+        "KHVD_TEST_WORLD": str(np),
+        # A rank that fails early must not leave the others waiting forever.
+        "KERASHVD_STALL_CHECK_TIME": "20",
+        "KERASHVD_STALL_SHUTDOWN_TIME": "60",
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "1",
+    }, **(env or {}))
+    launcher = [mpiexec_path(), "-n", str(np)] if np > 1 else []
+    cmd = launcher + [sys.executable, "-m", "pytest", PARALLEL, "-q", "-x", *pytest_args,
+                      "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::DeprecationWarning"]
+    proc = subprocess.run(cmd, env=full_env, cwd=REPO, capture_output=True, text=True, timeout=1500)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{output[-20000:]}"
+    # Each rank's pytest must have run tests and passed them.
+    assert output.count(" passed") >= np, output[-5000:]
+    return output

@@ -2,18 +2,36 @@
 
 A thin adapter with the same arguments and the same reduction and local aggregation as the
 Keras 3 class: a ``tf_keras.optimizers.Optimizer`` that holds the user's optimizer and
-overrides ``build`` and ``apply_gradients``. tf_keras' ``Model.fit`` calls
-``optimizer.minimize(loss, vars, tape)``, which computes the gradients with the base class and
-reaches :meth:`DistributedOptimizer.apply_gradients`. Users get it from
-``kerashvd.DistributedOptimizer(tf_keras_optimizer)``; importing this module imports tf_keras.
+overrides ``build``, ``compute_gradients`` and ``apply_gradients``. tf_keras' ``Model.fit``
+calls ``optimizer.minimize(loss, vars, tape)``, which reaches
+:meth:`DistributedOptimizer.compute_gradients` (the inner optimizer's, so a
+``LossScaleOptimizer`` inside scales the loss and unscales the gradients) and then
+:meth:`DistributedOptimizer.apply_gradients` (reduce across ranks, then the inner optimizer's
+``apply_gradients``). Under ``TF_USE_LEGACY_KERAS=1`` this class is
+``kerashvd.DistributedOptimizer``; importing this module imports tf_keras.
 
-Not covered here: tf_keras' legacy optimizers (``tf_keras.optimizers.legacy``) and mixed
-precision (tf_keras' ``compile()`` wraps a ``LossScaleOptimizer`` around this one, outside the
-allreduce).
+Mixed precision, for the reason given in ``keras3``: the allreduce must come before the
+finiteness check, so that every rank skips the same steps. ``DistributedOptimizer(
+tf_keras.mixed_precision.LossScaleOptimizer(opt))`` gives that order: the inner loss-scale
+optimizer unscales the gradients in ``compute_gradients``, they are reduced (an inf on one
+rank becomes an inf everywhere), and its ``apply_gradients`` decides. The wrapper is then a
+:class:`DistributedLossScaleOptimizer`, which tf_keras' ``compile()`` recognizes as loss
+scaling and does not wrap again; a plain ``DistributedOptimizer`` that ``compile()`` wraps in
+a ``LossScaleOptimizer`` is refused at the first step. tf_keras' loss-scale optimizer counts
+a skipped step in ``iterations``; Keras 3's does not.
+
+Not covered: tf_keras' legacy optimizers (``tf_keras.optimizers.legacy``); the constructor
+refuses them, naming the non-legacy class to use.
 """
+
+import copy
+import sys
 
 import tensorflow as tf
 import tf_keras
+# tf_keras.mixed_precision.LossScaleOptimizer is the base class compile() tests for; calling it
+# builds the subclass that matches the inner optimizer.
+from tf_keras.mixed_precision import LossScaleOptimizer
 
 from ..compression import Compression
 from ..reduce_ops import Average
@@ -21,16 +39,24 @@ from .aggregation import LocalAggregator
 from .reduction import GradientReducer, check_not_xla
 
 
+def _is_keras3_optimizer(optimizer):
+    keras = sys.modules.get("keras")
+    optimizers = getattr(keras, "optimizers", None)
+    return optimizers is not None and isinstance(optimizer, optimizers.Optimizer)
+
+
 @tf_keras.saving.register_keras_serializable(package="kerashvd", name="DistributedOptimizerKeras2")
 class DistributedOptimizer(tf_keras.optimizers.Optimizer):
     """Averages gradients over all ranks, then applies them with the wrapped tf_keras optimizer.
 
-    Args: as :class:`kerashvd.DistributedOptimizer`; ``optimizer`` is a
-    ``tf_keras.optimizers.Optimizer``.
+    Args: as the Keras 3 ``kerashvd.optimizer.keras3.DistributedOptimizer``; ``optimizer`` is a
+    ``tf_keras.optimizers.Optimizer`` (or a ``tf_keras.mixed_precision.LossScaleOptimizer``
+    of one). Given a Keras 3 optimizer, returns the Keras 3 class instead.
 
     Raises:
         TypeError: when ``optimizer`` is not a (non-legacy) tf_keras optimizer.
-        ValueError: for an invalid argument.
+        ValueError: for an invalid argument; at the first step inside an XLA-compiled
+            function, or when a ``LossScaleOptimizer`` wraps this optimizer.
 
     Example:
 
@@ -38,13 +64,30 @@ class DistributedOptimizer(tf_keras.optimizers.Optimizer):
     >>> opt = hvd.DistributedOptimizer(tf_keras.optimizers.SGD(0.01 * hvd.size()))
     """
 
+    def __new__(cls, optimizer=None, *args, **kwargs):
+        if _is_keras3_optimizer(optimizer):
+            from .keras3 import DistributedOptimizer as Keras3DistributedOptimizer
+            return Keras3DistributedOptimizer(optimizer, *args, **kwargs)
+        if cls is DistributedOptimizer and isinstance(optimizer, LossScaleOptimizer):
+            cls = DistributedLossScaleOptimizer
+        return super().__new__(cls)
+
     def __init__(self, optimizer, name=None, device_dense="", device_sparse="",
                  compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
                  num_groups=0, groups=None):
+        if isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
+            raise TypeError(
+                "kerashvd.DistributedOptimizer does not wrap tf_keras' legacy optimizers "
+                f"(received tf_keras.optimizers.legacy.{type(optimizer).__name__}); use "
+                f"tf_keras.optimizers.{type(optimizer).__name__} instead.")
         if not isinstance(optimizer, tf_keras.optimizers.Optimizer):
             raise TypeError("The Keras 2 DistributedOptimizer wraps a tf_keras.optimizers."
-                            f"Optimizer; received {type(optimizer).__name__}")
+                            f"Optimizer; received optimizer={optimizer!r} of type "
+                            f"{type(optimizer).__name__}")
+        if isinstance(optimizer, DistributedOptimizer):
+            raise ValueError("The optimizer is already a DistributedOptimizer; wrap it once. "
+                             f"Received optimizer={optimizer.name!r}")
         if (not isinstance(backward_passes_per_step, int) or isinstance(backward_passes_per_step, bool)
                 or backward_passes_per_step < 1):
             raise ValueError("backward_passes_per_step must be an int >= 1; received "
@@ -62,19 +105,35 @@ class DistributedOptimizer(tf_keras.optimizers.Optimizer):
         self._aggregator = self._no_dependency(
             LocalAggregator(backward_passes_per_step, average_aggregated_gradients)
             if backward_passes_per_step > 1 else None)
+        self._order_checked = False
+
+    # -- configuration, read back from the reducer ---------------------------------------
+    compression = property(lambda self: self._reducer.compression)
+    sparse_as_dense = property(lambda self: self._reducer.sparse_as_dense)
+    op = property(lambda self: self._reducer.op)
+    gradient_predivide_factor = property(lambda self: self._reducer.gradient_predivide_factor)
+    num_groups = property(lambda self: self._reducer.num_groups)
+    groups = property(lambda self: self._reducer.groups)
 
     @property
     def inner_optimizer(self):
         return self._optimizer
 
+    # -- the optimizer protocol -----------------------------------------------------------
     def build(self, var_list):
-        """Builds the inner optimizer and the local accumulators (once)."""
+        """Builds the inner optimizer and the local accumulators (once; later calls return)."""
+        if getattr(self, "_built", False):
+            return
         var_list = list(var_list)
         self._optimizer.build(var_list)
         if self._aggregator is not None:
             self._aggregator.build(var_list)
         super().build(var_list)
         self._built = True
+
+    def compute_gradients(self, loss, var_list, tape=None):
+        """The inner optimizer's gradients (a loss-scale optimizer scales and unscales)."""
+        return self._optimizer.compute_gradients(loss, var_list, tape=tape)
 
     @tf.autograph.experimental.do_not_convert
     def apply_gradients(self, grads_and_vars, name=None, skip_gradients_aggregation=False,
@@ -85,9 +144,10 @@ class DistributedOptimizer(tf_keras.optimizers.Optimizer):
             The inner optimizer's ``iterations``.
 
         Raises:
-            ValueError: inside an XLA-compiled function.
+            ValueError: inside an XLA-compiled function, or under a ``LossScaleOptimizer``.
         """
         check_not_xla("kerashvd.DistributedOptimizer")
+        self._check_not_wrapped_by_loss_scaling()
         grads_and_vars = list(grads_and_vars)
         if not grads_and_vars:
             return self.iterations
@@ -107,6 +167,28 @@ class DistributedOptimizer(tf_keras.optimizers.Optimizer):
             self._aggregator(grads, reduce_and_apply)
         return self.iterations
 
+    def _check_not_wrapped_by_loss_scaling(self):
+        """Refuses ``LossScaleOptimizer(DistributedOptimizer(...))`` (see the module doc)."""
+        if self._order_checked:
+            return
+        frame = sys._getframe(2)
+        for _ in range(40):
+            if frame is None:
+                break
+            owner = frame.f_locals.get("self")
+            if (owner is not self and isinstance(owner, LossScaleOptimizer)
+                    and getattr(owner, "inner_optimizer", None) is self):
+                raise ValueError(
+                    "A tf_keras LossScaleOptimizer wraps this DistributedOptimizer (compile() "
+                    "does so under a mixed_float16 policy), so each rank would decide alone "
+                    "whether to skip a non-finite step, and ranks would stop meeting at the "
+                    "allreduce. Put the loss scaling inside instead: hvd.DistributedOptimizer("
+                    "tf_keras.mixed_precision.LossScaleOptimizer(optimizer)); compile() keeps it "
+                    "as it is.")
+            frame = frame.f_back
+        self._order_checked = True
+
+    # -- delegation to the inner optimizer ------------------------------------------------
     @property
     def iterations(self):
         return self._optimizer.iterations
@@ -126,29 +208,73 @@ class DistributedOptimizer(tf_keras.optimizers.Optimizer):
 
     @property
     def variables(self):
-        return self._variables + list(self._optimizer.variables)
+        # The base class's own step counter is unused (the inner optimizer counts); leaving it
+        # out also keeps variable names unique, which the HDF5 format needs.
+        own = [v for v in self._variables if v is not self._iterations]
+        return own + list(self._optimizer.variables)
+
+    def set_weights(self, weights):
+        """Assigns ``weights`` to :attr:`variables`, in order (tf_keras' HDF5 loader calls it)."""
+        variables = self.variables
+        if len(weights) != len(variables):
+            raise ValueError(f"{self.name} has {len(variables)} variables; received "
+                             f"{len(weights)} weights")
+        for variable, weight in zip(variables, weights):
+            variable.assign(weight)
 
     def finalize_variable_values(self, var_list):
         self._optimizer.finalize_variable_values(var_list)
 
+    # -- serialization --------------------------------------------------------------------
     def get_config(self):
         from .keras3 import _COMPRESSION_NAMES
+        compression = _COMPRESSION_NAMES.get(self.compression)
+        if compression is None:
+            raise ValueError("Cannot serialize DistributedOptimizer with the custom compression "
+                             f"{self.compression.__name__}; only Compression.none, .fp16 and "
+                             ".bf16 have names")
         return {
             "name": self.name,
             "optimizer": tf_keras.optimizers.serialize(self._optimizer),
-            "compression": _COMPRESSION_NAMES[self._reducer.compression],
-            "sparse_as_dense": self._reducer.sparse_as_dense,
+            "compression": compression,
+            "sparse_as_dense": self.sparse_as_dense,
             "backward_passes_per_step": self.backward_passes_per_step,
-            "op": self._reducer.op,
-            "gradient_predivide_factor": self._reducer.gradient_predivide_factor,
+            "op": self.op,
+            "gradient_predivide_factor": self.gradient_predivide_factor,
             "average_aggregated_gradients": self.average_aggregated_gradients,
-            "num_groups": self._reducer.num_groups,
+            "num_groups": self.num_groups,
         }
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
-        config = dict(config)
+        config = copy.deepcopy(config)  # tf_keras' deserialize edits the inner config in place
         inner = tf_keras.optimizers.deserialize(config.pop("optimizer"),
                                                 custom_objects=custom_objects)
-        config["compression"] = getattr(Compression, config.pop("compression", "none"))
-        return cls(inner, **config)
+        compression = config.pop("compression", "none")
+        config["compression"] = getattr(Compression, compression) if isinstance(compression, str) \
+            else compression
+        return DistributedOptimizer(inner, **config)
+
+
+@tf_keras.saving.register_keras_serializable(package="kerashvd",
+                                             name="DistributedLossScaleOptimizerKeras2")
+class DistributedLossScaleOptimizer(DistributedOptimizer, LossScaleOptimizer):
+    """The Keras 2 :class:`DistributedOptimizer` of a ``LossScaleOptimizer``; never built directly.
+
+    Behaves exactly as a ``DistributedOptimizer`` and is also a tf_keras loss-scale optimizer,
+    only so that ``compile()`` under ``mixed_float16`` does not add a second one outside the
+    allreduce. The loss-scaling state lives in the inner optimizer; what tf_keras and users
+    read on a loss-scale optimizer is forwarded to it.
+    """
+
+    dynamic = property(lambda self: self._optimizer.dynamic)
+    loss_scale = property(lambda self: self._optimizer.loss_scale)
+    dynamic_counter = property(lambda self: self._optimizer.dynamic_counter)
+    initial_scale = property(lambda self: self._optimizer.initial_scale)
+    dynamic_growth_steps = property(lambda self: self._optimizer.dynamic_growth_steps)
+
+    def get_scaled_loss(self, loss):
+        return self._optimizer.get_scaled_loss(loss)
+
+    def get_unscaled_gradients(self, grads):
+        return self._optimizer.get_unscaled_gradients(grads)

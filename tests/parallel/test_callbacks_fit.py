@@ -2,10 +2,13 @@
 
 import os
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+
+from kerashvd.keras_compat import keras
+
+pytestmark = pytest.mark.keras
 
 
 def _data(n, seed):

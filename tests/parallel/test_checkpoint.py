@@ -3,9 +3,14 @@
 import json
 import os
 
-import keras
 import numpy as np
 import pytest
+
+from kerashvd.keras_compat import USES_TF_KERAS, keras, optimizer_variables
+
+pytestmark = pytest.mark.keras
+# Full-model file formats ModelCheckpoint writes: tf_keras also writes legacy HDF5.
+FORMATS = [".keras", ".h5"] if USES_TF_KERAS else [".keras"]
 
 
 def _model(seed):
@@ -22,8 +27,7 @@ def _data():
 
 
 def _state(model):
-    return [np.array(keras.ops.convert_to_numpy(v))
-            for v in list(model.variables) + list(model.optimizer.variables)]
+    return [np.array(v.numpy()) for v in model.variables + optimizer_variables(model.optimizer)]
 
 
 def _shared_dir(hvd, tmp_path):
@@ -142,9 +146,10 @@ class _StateAtStart(keras.callbacks.Callback):
         self.state = _state(self.model)
 
 
-def test_resume_restores_epoch_and_optimizer_state_on_every_rank(hvd, tmp_path):
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_resume_restores_epoch_and_optimizer_state_on_every_rank(hvd, tmp_path, suffix):
     directory = _shared_dir(hvd, tmp_path)
-    path = os.path.join(directory, "ckpt.keras")
+    path = os.path.join(directory, "ckpt" + suffix)
     x, y = _data()
     model = _model(seed=4)
     model.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False, callbacks=[

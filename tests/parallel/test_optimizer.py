@@ -1,4 +1,4 @@
-"""DistributedOptimizer (Keras 3) at any world size.
+"""DistributedOptimizer at any world size, with Keras 3 or (TF_USE_LEGACY_KERAS=1) tf_keras.
 
 The reference for every equivalence test is computed locally on each rank, without
 communication: one process training the same model on the concatenation of all ranks'
@@ -9,10 +9,11 @@ import warnings
 
 import numpy as np
 import pytest
-
-import keras
 import tensorflow as tf
 
+from kerashvd.keras_compat import USES_TF_KERAS, keras
+
+pytestmark = pytest.mark.keras
 STEPS, BATCH = 4, 2
 
 
@@ -48,8 +49,19 @@ def reference_train(model, optimizer, x, y, batch):
         with tf.GradientTape() as tape:
             loss = loss_fn(y[start:start + batch], model(x[start:start + batch]))
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)
+        apply(optimizer, grads, model.trainable_variables)
     return model
+
+
+def apply(optimizer, grads, variables):
+    """One optimizer step: ``apply_gradients``, which Keras 3 and tf_keras both have."""
+    optimizer.apply_gradients(zip(grads, variables))
+
+
+def variable(value, name=None):
+    """A variable as the selected Keras makes them (tf_keras has no ``keras.Variable``)."""
+    make = getattr(keras, "Variable", tf.Variable)
+    return make(value, dtype=str(value.dtype), name=name)
 
 
 def assert_close(actual_weights, expected_weights, atol=1e-5):
@@ -134,7 +146,7 @@ def test_backward_passes_per_step_eagerly_sums_without_averaging(hvd, monkeypatc
     for step in range(2 * k):
         with tf.GradientTape() as tape:
             loss = loss_fn(y[step * BATCH:(step + 1) * BATCH], model(x[step * BATCH:(step + 1) * BATCH]))
-        opt.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+        apply(opt, tape.gradient(loss, model.trainable_variables), model.trainable_variables)
         counts.append(int(executed.numpy()))
     assert counts == [(step + 1) // k for step in range(2 * k)]  # only every k-th step
     expected = reference_train(make_model(), keras.optimizers.SGD(0.05 * k), full_x, full_y,
@@ -147,11 +159,11 @@ def test_backward_passes_per_step_eagerly_sums_without_averaging(hvd, monkeypatc
 # -- grouping, scaling, None gradients (eager apply: no tracing, fast) ----------------------
 def _variables():
     rng = np.random.RandomState(5)
-    return [keras.Variable(rng.randn(3, 4).astype("float32"), name="k1"),
-            keras.Variable(rng.randn(4).astype("float32"), name="b1"),
-            keras.Variable(rng.randn(4, 1).astype("float64"), dtype="float64", name="k2"),
-            keras.Variable(rng.randn(1).astype("float32"), name="b2"),
-            keras.Variable(rng.randn(7).astype("float32"), name="c")]
+    return [variable(rng.randn(3, 4).astype("float32"), name="k1"),
+            variable(rng.randn(4).astype("float32"), name="b1"),
+            variable(rng.randn(4, 1).astype("float64"), name="k2"),
+            variable(rng.randn(1).astype("float32"), name="b2"),
+            variable(rng.randn(7).astype("float32"), name="c")]
 
 
 def _rank_grads(rank, variables):
@@ -165,7 +177,7 @@ def _apply_once(hvd, **kwargs):
     if callable(groups):
         kwargs["groups"] = groups(variables)
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.5), **kwargs)
-    opt.apply(_rank_grads(hvd.rank(), variables), variables)
+    apply(opt, _rank_grads(hvd.rank(), variables), variables)
     return [v.numpy() for v in variables]
 
 
@@ -208,17 +220,17 @@ def test_none_gradients_pass_through(hvd):
                                    backward_passes_per_step=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        opt.apply(grads, variables)
+        apply(opt, grads, variables)
     assert np.array_equal(variables[1].numpy(), before[1])
     assert np.array_equal(variables[4].numpy(), before[4])
     assert not np.array_equal(variables[0].numpy(), before[0])
 
 
 def test_zero_element_gradients_need_no_collective(hvd):
-    empty = keras.Variable(np.zeros((0, 3), "float32"))
-    full = keras.Variable(np.ones(3, "float32"))
+    empty = variable(np.zeros((0, 3), "float32"))
+    full = variable(np.ones(3, "float32"))
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), name="zero_size")
-    opt.apply([tf.zeros((0, 3)), tf.fill([3], float(hvd.rank()))], [empty, full])
+    apply(opt, [tf.zeros((0, 3)), tf.fill([3], float(hvd.rank()))], [empty, full])
     np.testing.assert_allclose(full.numpy(), 1.0 - (hvd.size() - 1) / 2)
     assert empty.shape == (0, 3)
 
@@ -247,8 +259,9 @@ def test_jit_compile_true_gives_an_actionable_error(hvd):
 
 def test_invalid_arguments_are_refused(hvd):
     sgd = keras.optimizers.SGD
-    with pytest.raises(ValueError, match="backward_passes_per_step=4"):
-        hvd.DistributedOptimizer(sgd(0.1, gradient_accumulation_steps=4))
+    if not USES_TF_KERAS:  # tf_keras optimizers have no gradient_accumulation_steps
+        with pytest.raises(ValueError, match="backward_passes_per_step=4"):
+            hvd.DistributedOptimizer(sgd(0.1, gradient_accumulation_steps=4))
     with pytest.raises(ValueError, match="received backward_passes_per_step=0"):
         hvd.DistributedOptimizer(sgd(0.1), backward_passes_per_step=0)
     with pytest.raises(ValueError, match="op=kerashvd.Average or op=kerashvd.Sum"):
@@ -257,7 +270,7 @@ def test_invalid_arguments_are_refused(hvd):
         hvd.DistributedOptimizer(sgd(0.1), op=hvd.Sum, gradient_predivide_factor=2.0)
     with pytest.raises(ValueError, match="either num_groups or groups"):
         hvd.DistributedOptimizer(sgd(0.1), num_groups=2, groups=3)
-    v = keras.Variable(np.zeros(2, "float32"))
+    v = variable(np.zeros(2, "float32"))
     with pytest.raises(ValueError, match="one group only"):
         hvd.DistributedOptimizer(sgd(0.1), groups=[[v], [v]])
     with pytest.raises(TypeError, match="keras.optimizers.Optimizer"):
@@ -274,4 +287,5 @@ def test_delegates_learning_rate_and_iterations(hvd):
     opt.learning_rate = 0.5
     assert float(inner.learning_rate) == 0.5
     assert opt.iterations is inner.iterations
-    assert opt.scale_loss(3.0) == 3.0
+    if not USES_TF_KERAS:  # Keras 3's loss-scaling hook (tf_keras scales in compute_gradients)
+        assert opt.scale_loss(3.0) == 3.0

@@ -6,11 +6,14 @@ import tempfile
 
 import numpy as np
 import pytest
-
-import keras
 import tensorflow as tf
 
-from test_optimizer import BATCH, assert_identical_on_all_ranks, make_data, make_model
+from kerashvd.keras_compat import USES_TF_KERAS, keras
+from test_optimizer import BATCH, apply, assert_identical_on_all_ranks, make_data, make_model
+
+pytestmark = pytest.mark.keras
+# Full-model file formats: tf_keras also writes legacy HDF5.
+FORMATS = [".keras", ".h5"] if USES_TF_KERAS else [".keras"]
 
 
 @pytest.fixture
@@ -37,11 +40,11 @@ def test_get_config_round_trip(hvd):
         assert again.inner_optimizer.beta_1 == 0.8
         assert float(again.learning_rate) == pytest.approx(0.01)
 
-    scaled = hvd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(
+    scaled = hvd.DistributedOptimizer(keras.mixed_precision.LossScaleOptimizer(
         keras.optimizers.SGD(0.1), initial_scale=64.0))
     again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(scaled))
     assert type(again) is type(scaled)
-    assert isinstance(again, keras.optimizers.LossScaleOptimizer)
+    assert isinstance(again, keras.mixed_precision.LossScaleOptimizer)
     assert again.inner_optimizer.initial_scale == 64.0
 
 
@@ -57,8 +60,8 @@ def _train_eagerly(model, x, y):
     for start in range(0, len(x), BATCH):
         with tf.GradientTape() as tape:
             loss = loss_fn(y[start:start + BATCH], model(x[start:start + BATCH]))
-        model.optimizer.apply(tape.gradient(loss, model.trainable_variables),
-                              model.trainable_variables)
+        apply(model.optimizer, tape.gradient(loss, model.trainable_variables),
+              model.trainable_variables)
 
 
 def _adam_state(optimizer):
@@ -67,12 +70,13 @@ def _adam_state(optimizer):
     return [v.numpy() for v in inner.variables]
 
 
-def test_load_model_restores_the_wrapped_optimizer_with_its_state(hvd, rank_dir):
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_load_model_restores_the_wrapped_optimizer_with_its_state(hvd, rank_dir, suffix):
     x, y, _, _ = make_data(hvd, steps=3)
     first, rest = slice(0, 2 * BATCH), slice(2 * BATCH, None)
     model = _compiled_model(hvd.DistributedOptimizer(keras.optimizers.Adam(0.05)))
     _train_eagerly(model, x[first], y[first])
-    path = os.path.join(rank_dir, "wrapped.keras")
+    path = os.path.join(rank_dir, "wrapped" + suffix)
     model.save(path)
 
     # keras.saving.load_model alone: the class is a registered Keras serializable.
@@ -96,11 +100,12 @@ def test_load_model_restores_the_wrapped_optimizer_with_its_state(hvd, rank_dir)
     assert_identical_on_all_ranks(hvd, reloaded.get_weights(), "reloaded")
 
 
-def test_load_model_wraps_a_plain_optimizer_and_keeps_its_state(hvd, rank_dir):
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_load_model_wraps_a_plain_optimizer_and_keeps_its_state(hvd, rank_dir, suffix):
     x, y, _, _ = make_data(hvd, steps=2)
     model = _compiled_model(keras.optimizers.Adam(0.05))
     _train_eagerly(model, x, y)  # local training, no communication
-    path = os.path.join(rank_dir, "plain.keras")
+    path = os.path.join(rank_dir, "plain" + suffix)
     model.save(path)
 
     reloaded = hvd.load_model(path, backward_passes_per_step=2, average_aggregated_gradients=True)

@@ -2,12 +2,13 @@
 
 import numpy as np
 import pytest
-
-import keras
 import tensorflow as tf
 
-from test_optimizer import (BATCH, STEPS, assert_close, assert_identical_on_all_ranks,
+from kerashvd.keras_compat import keras
+from test_optimizer import (BATCH, STEPS, apply, assert_close, assert_identical_on_all_ranks,
                             make_data, make_model, reference_train)
+
+pytestmark = pytest.mark.keras
 
 
 def test_custom_loop_with_distributed_tape_equals_the_concatenated_batch(hvd):
@@ -23,7 +24,7 @@ def test_custom_loop_with_distributed_tape_equals_the_concatenated_batch(hvd):
             loss = loss_fn(yb, model(xb, training=True))
         tape = hvd.DistributedGradientTape(tape)
         grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply(grads, model.trainable_variables)
+        apply(opt, grads, model.trainable_variables)
         return loss
 
     for step in range(STEPS):
@@ -107,7 +108,7 @@ def test_embedding_gradients_with_and_without_sparse_as_dense(hvd, monkeypatch, 
             loss = loss_fn(target[rows], model(ids[rows]))
         grads = tape.gradient(loss, model.trainable_variables)
         gradient_kinds.append(type(grads[0]).__name__)
-        opt.apply(grads, model.trainable_variables)
+        apply(opt, grads, model.trainable_variables)
 
     expected = reference_train(_embedding_model(), keras.optimizers.SGD(0.1), full_ids,
                                full_target, BATCH * hvd.size())

@@ -2,10 +2,13 @@
 
 import warnings
 
-import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
+from kerashvd.keras_compat import USES_TF_KERAS, keras
+
+pytestmark = pytest.mark.keras
 NUM_SAMPLES = 23  # does not divide by 2, 3 or 4
 RTOL = 1e-6
 
@@ -38,6 +41,14 @@ def _model(hvd, run_eagerly=False):
     return model
 
 
+def _add_state(metric, name, aggregation="sum"):
+    """A scalar metric state variable combined over replicas by ``aggregation``."""
+    if USES_TF_KERAS:  # tf_keras: add_weight with a tf.VariableAggregation
+        return metric.add_weight(name=name, shape=(), initializer="zeros",
+                                 aggregation=getattr(tf.VariableAggregation, aggregation.upper()))
+    return metric.add_variable((), "zeros", name=name, aggregation=aggregation)
+
+
 def _assert_close(got, want):
     assert sorted(got) == sorted(want)
     for key in want:
@@ -68,8 +79,6 @@ def test_evaluate_on_uneven_shards_equals_single_process(hvd, run_eagerly):
 
 def test_evaluate_unknown_size_with_an_empty_shard_on_one_rank(hvd):
     """Datasets of unknown size work; a rank with no batch still joins the reduction."""
-    import tensorflow as tf
-
     x, y = _data()
     model = _model(hvd)
     want = model.evaluate(x, y, batch_size=NUM_SAMPLES, verbose=0, return_dict=True)
@@ -129,10 +138,9 @@ def test_reduce_metric_states_by_aggregation(hvd):
     class Custom(keras.metrics.Metric):
         def __init__(self):
             super().__init__(name="custom")
-            self.total = self.add_variable((), "zeros", name="total")  # aggregation="sum"
-            self.scale = self.add_variable((), "zeros", name="scale", aggregation="mean")
-            self.first = self.add_variable((), "zeros", name="first",
-                                           aggregation="only_first_replica")
+            self.total = _add_state(self, "total")  # aggregation="sum"
+            self.scale = _add_state(self, "scale", "mean")
+            self.first = _add_state(self, "first", "only_first_replica")
 
         def update_state(self, value):
             self.total.assign_add(value)
@@ -157,7 +165,7 @@ def test_reduce_metric_states_rejects_unknown_aggregation(hvd):
     class Odd(keras.metrics.Metric):
         def __init__(self):
             super().__init__(name="odd")
-            self.state = self.add_variable((), "zeros", name="state", aggregation="none")
+            self.state = _add_state(self, "state", "none")
 
         def update_state(self, value):
             self.state.assign(value)

@@ -1,0 +1,61 @@
+"""kerashvd.keras_compat: kerashvd uses the Keras that tf.keras routes to, in every layer.
+
+The ``keras``-marked tests of tests/parallel/ run with Keras 3 and again with
+``TF_USE_LEGACY_KERAS=1`` (tests/test_keras2.py); this file checks that each run really
+uses the Keras it claims to.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kerashvd import keras_compat
+from kerashvd.keras_compat import USES_TF_KERAS, keras
+
+pytestmark = pytest.mark.keras
+
+
+def test_selection_follows_tensorflow(hvd):
+    assert USES_TF_KERAS == (os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True"))
+    assert keras.__name__ == ("tf_keras" if USES_TF_KERAS else "keras")
+    assert keras_compat.KERAS_NAME == ("Keras 2 (tf_keras)" if USES_TF_KERAS else "Keras 3")
+    # tf.keras is TensorFlow's own choice: the same classes.
+    assert tf.keras.Model is keras.Model and tf.keras.callbacks.Callback is keras.callbacks.Callback
+
+
+def test_every_layer_uses_the_selected_keras(hvd):
+    for name in ["BroadcastGlobalVariablesCallback", "DistributedValidationCallback",
+                 "JoinCallback", "LearningRateScheduleCallback", "LearningRateWarmupCallback",
+                 "MetricAverageCallback", "ModelCheckpoint"]:
+        assert issubclass(getattr(hvd.callbacks, name), keras.callbacks.Callback), name
+    assert issubclass(hvd.DistributedOptimizer, keras.optimizers.Optimizer)
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
+    assert isinstance(opt, hvd.DistributedOptimizer)
+    assert type(opt).__module__ == ("kerashvd.optimizer.keras2" if USES_TF_KERAS
+                                    else "kerashvd.optimizer.keras3")
+
+
+def test_optimizer_helpers(hvd):
+    optimizer = keras.optimizers.SGD(0.25, momentum=0.5)
+    w = tf.Variable(np.ones(3, np.float32))
+    assert not keras_compat.optimizer_built(optimizer)
+    keras_compat.build_optimizer(optimizer, [w])
+    assert keras_compat.optimizer_built(optimizer)
+    keras_compat.build_optimizer(optimizer, [w])  # a second call changes nothing
+    variables = keras_compat.optimizer_variables(optimizer)
+    # The learning rate is listed once (Keras 3 lists it; tf_keras keeps it apart).
+    assert sum(v is optimizer.learning_rate for v in variables) == 1
+    assert any(v is optimizer.iterations for v in variables)
+    assert len(variables) == len({id(v) for v in variables})
+    err = keras_compat.unsupported("Feature X", "because Y", "Do Z.")
+    assert isinstance(err, NotImplementedError)
+    assert str(err) == f"Feature X is not supported on {keras_compat.KERAS_NAME}: because Y. Do Z."
+
+
+def test_metric_state_aggregation_names(hvd):
+    names = [keras_compat.variable_aggregation(v) for v in keras.metrics.AUC().variables]
+    assert names and set(names) == {"sum"}
+    assert keras_compat.variable_aggregation(
+        tf.Variable(0.0, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)) == "only_first_replica"
