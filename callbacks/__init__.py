@@ -16,6 +16,10 @@ that average or reduce metrics must run before the ones that read them)::
 
 Progress output: pass ``verbose=hvd.callbacks.verbose(1)`` to ``fit``/``evaluate`` so only
 rank 0 prints; the callbacks here that print do so on rank 0 only.
+
+Keras 3 or Keras 2: the callbacks are callbacks of the Keras that ``tf.keras`` uses (tf_keras
+when ``TF_USE_LEGACY_KERAS=1``; see ``kerashvd.keras_compat``), and refuse a model of the
+other one with an error naming that variable.
 """
 
 from .broadcast_global_variables import BroadcastGlobalVariablesCallback, broadcast_model_state

@@ -1,12 +1,14 @@
 """Start every rank from the same model and optimizer state."""
 
 import kerashvd as hvd
-from kerashvd.keras_compat import build_optimizer, keras, optimizer_variables
+from kerashvd.keras_compat import build_optimizer, optimizer_variables
+
+from ._callback import Callback
 
 __all__ = ["BroadcastGlobalVariablesCallback", "broadcast_model_state"]
 
 
-class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+class BroadcastGlobalVariablesCallback(Callback):
     """Broadcasts the model's and optimizer's variables from ``root_rank`` when training begins.
 
     Ranks usually initialize weights from different random seeds, and only one rank may have

@@ -36,7 +36,9 @@ is issued once per evaluation, after each rank's own loop.
 import tensorflow as tf
 
 import kerashvd as hvd
-from kerashvd.keras_compat import KERAS_NAME, keras, variable_aggregation
+from kerashvd.keras_compat import variable_aggregation
+
+from ._callback import Callback
 
 __all__ = ["DistributedValidationCallback", "reduce_metric_states"]
 
@@ -44,7 +46,7 @@ _STATE_OPS = {"sum": "sum", "mean": "mean", "only_first_replica": "first"}
 _UNSET = object()
 
 
-class DistributedValidationCallback(keras.callbacks.Callback):
+class DistributedValidationCallback(Callback):
     """Makes ``fit``'s ``val_*`` metrics and ``evaluate``'s results exact over sharded data.
 
     Each rank evaluates its own shard (shards may differ in size, and last batches may be
@@ -81,13 +83,8 @@ class DistributedValidationCallback(keras.callbacks.Callback):
         self._installed = None  # (model, {attribute: wrapper}, {attribute: original or _UNSET})
 
     def on_test_begin(self, logs=None):
-        model = self.model
-        if not isinstance(model, keras.Model):
-            raise TypeError(f"{type(self).__name__} needs a {KERAS_NAME} Model (set "
-                            "TF_USE_LEGACY_KERAS=1 for tf_keras models, unset it for Keras 3); "
-                            f"received {type(model).__module__}.{type(model).__name__}")
         self._active, self._in_step, self._reduced = True, 0, False
-        self._install(model)
+        self._install(self.model)
 
     def on_test_end(self, logs=None):
         self._active = False

@@ -27,14 +27,14 @@ import numpy as np
 import tensorflow as tf
 
 import kerashvd as hvd
-from kerashvd.keras_compat import keras
 
+from ._callback import Callback
 from .broadcast_global_variables import broadcast_model_state
 
 __all__ = ["JoinCallback", "agree_steps_per_epoch"]
 
 
-class JoinCallback(keras.callbacks.Callback):
+class JoinCallback(Callback):
     """Lets ranks with different numbers of batches per epoch finish ``fit`` without hanging.
 
     A rank that runs out of training batches calls ``kerashvd.join()`` at the end of its

@@ -5,12 +5,14 @@ import warnings
 
 import numpy as np
 
-from kerashvd.keras_compat import keras, optimizer_built
+from kerashvd.keras_compat import optimizer_built
+
+from ._callback import Callback
 
 __all__ = ["LearningRateScheduleCallback"]
 
 
-class LearningRateScheduleCallback(keras.callbacks.Callback):
+class LearningRateScheduleCallback(Callback):
     """Sets the optimizer's learning rate to ``initial_lr * multiplier(epoch)``.
 
     Between ``start_epoch`` (inclusive) and ``end_epoch`` (exclusive) the learning rate is

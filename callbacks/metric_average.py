@@ -7,12 +7,13 @@ import numpy as np
 import tensorflow as tf
 
 import kerashvd as hvd
-from kerashvd.keras_compat import keras
+
+from ._callback import Callback
 
 __all__ = ["MetricAverageCallback"]
 
 
-class MetricAverageCallback(keras.callbacks.Callback):
+class MetricAverageCallback(Callback):
     """Replaces each numeric epoch-end log value by its average over all ranks (Horovod).
 
     Each rank computes ``loss``, ``accuracy``, ``val_loss``, ... on its own shard. At the end

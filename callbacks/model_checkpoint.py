@@ -5,8 +5,9 @@ import os
 import warnings
 
 import kerashvd as hvd
-from kerashvd.keras_compat import KERAS_NAME, USES_TF_KERAS, keras
+from kerashvd.keras_compat import KERAS_NAME, USES_TF_KERAS
 
+from ._callback import Callback
 from .checkpoint_io import atomic_save, write_record
 
 __all__ = ["ModelCheckpoint"]
@@ -19,7 +20,7 @@ _MAX_HINTS = ("acc", "auc", "precision", "recall", "fmeasure", "f1", "iou", "r2"
 _MIN_HINTS = ("loss", "error", "mse", "mae", "mape", "msle", "crossentropy", "hinge")
 
 
-class ModelCheckpoint(keras.callbacks.Callback):
+class ModelCheckpoint(Callback):
     """Saves the model at the end of epochs, on rank 0 only, atomically, with a resume record.
 
     A drop-in for ``keras.callbacks.ModelCheckpoint`` (epoch frequency) in data-parallel

@@ -20,16 +20,16 @@ def load_model(filepath, custom_objects=None, compile=True, **distributed_optimi
     alone also restores a saved ``DistributedOptimizer``, since the class is registered as a
     Keras serializable.
 
-    The file is read by the Keras ``tf.keras`` uses (``kerashvd.keras_compat``): with Keras 3
-    a ``.keras`` file; with Keras 2 (tf_keras, ``TF_USE_LEGACY_KERAS=1``) also a legacy
-    ``.h5`` file or a SavedModel directory, whatever ``tf_keras.models.load_model`` reads.
+    The file is read by the Keras ``tf.keras`` uses (``kerashvd.keras_compat``): a ``.keras``
+    file; with Keras 2 (tf_keras, ``TF_USE_LEGACY_KERAS=1``) also a legacy ``.h5`` file.
+    (tf_keras also reads a SavedModel directory, but without the optimizer's state.)
 
     Every rank can load the same file; to start all ranks from rank 0's state after loading
     on one rank only, broadcast the weights and optimizer variables (e.g. with the broadcast
     callback, or ``kerashvd.broadcast_variables(model.variables + opt.variables, 0)``).
 
     Args:
-        filepath: path of a ``.keras`` file (Keras 2: or ``.h5``, or a SavedModel directory).
+        filepath: path of a ``.keras`` file (Keras 2: or ``.h5``).
         custom_objects: as for ``keras.saving.load_model``.
         compile: load the training configuration; with False the model is returned as
             Keras loads it, without an optimizer.

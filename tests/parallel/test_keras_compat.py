@@ -59,3 +59,23 @@ def test_metric_state_aggregation_names(hvd):
     assert names and set(names) == {"sum"}
     assert keras_compat.variable_aggregation(
         tf.Variable(0.0, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)) == "only_first_replica"
+
+
+def test_a_model_of_the_other_keras_is_refused_by_name(hvd):
+    """fit of the other Keras' model with kerashvd callbacks: our TypeError, not theirs."""
+    if USES_TF_KERAS:
+        import keras as other
+    else:
+        other = pytest.importorskip("tf_keras")
+    model = other.Sequential([other.Input((2,)), other.layers.Dense(1)])
+    model.compile(optimizer=other.optimizers.SGD(0.1), loss="mse")
+    x = np.ones((4, 2), np.float32)
+    # Refused when fit hands the model to the callback, before any collective runs.
+    with pytest.raises(TypeError, match=r"MetricAverageCallback is a .* callback .*"
+                                        r"TF_USE_LEGACY_KERAS=1"):
+        model.fit(x, x[:, :1], verbose=0, callbacks=[hvd.callbacks.MetricAverageCallback()])
+    # The optimizer is the one exception: each DistributedOptimizer class hands the other
+    # Keras' optimizers to the other class.
+    opt = hvd.DistributedOptimizer(other.optimizers.SGD(0.1))
+    assert isinstance(opt, other.optimizers.Optimizer)
+    assert not isinstance(opt, hvd.DistributedOptimizer)
