@@ -149,6 +149,10 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
     item.ready = Clock::now();
     out->work.push_back(std::move(item));
   }
+  bool any_bit = false;
+  for (uint64_t w : any) any_bit = any_bit || w != 0;
+  out->quiet = out->work.empty() && pending_.empty() && !any_bit &&
+               !(flags & (kHasUncached | kCoordinatorBroadcast));
   return Status::Ok();
 }
 

@@ -53,6 +53,9 @@ struct CycleResult {
   bool shutdown = false;     // some rank asked to shut down
   std::vector<int> shutdown_ranks;  // ...these ones
   std::string fatal_error;   // the engine must stop on every rank with this message
+  // Nothing happened anywhere as far as this rank can see: no work, nothing pending here, no
+  // rank announced a tensor. The engine then lengthens its idle wait (see engine.h).
+  bool quiet = false;
 };
 
 class Controller {

@@ -4,6 +4,7 @@
 #include "backend/mpi/mpi_control_plane.h"
 #include "fusion.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace kerashvd {
@@ -100,8 +101,10 @@ void Engine::OnPeerFailure(int rank, const std::string& what) {
 
 void Engine::Loop() {
   const auto idle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
+  const auto max_idle = std::max<std::chrono::microseconds>(idle, kMaxIdleWait);
+  auto wait = idle;
   while (true) {
-    queue_.WaitForWork(idle);
+    queue_.WaitForWork(wait);
     if (abort_.is_set()) return Stop(abort_.status());
     seen_submissions_ = queue_.submissions();
     CycleResult cycle;
@@ -117,6 +120,7 @@ void Engine::Loop() {
       return Stop(Status::Aborted(msg.str()));
     }
     if (!cycle.fatal_error.empty()) return Stop(Status::Aborted(cycle.fatal_error));
+    wait = cycle.quiet ? std::min(wait * 2, max_idle) : idle;
 
     const auto executed = Timeline::Clock::now();
     int64_t bytes = 0;
