@@ -93,6 +93,7 @@ void CollectiveKernel::ComputeAsync(tfw::OpKernelContext* context, DoneCallback 
   }
   OP_REQUIRES_OK_ASYNC(context, Validate(context, &entry), done);
   OP_REQUIRES_OK_ASYNC(context, PrepareOutputs(context, &entry), done);
+  OP_REQUIRES_OK_ASYNC(context, BindDevice(context, &entry), done);
 
   entry.done = [this, context, done](const Status& status, const CollectiveResult& result) {
     absl::Status s = ToAbsl(status);

@@ -40,6 +40,12 @@ class CollectiveKernel : public tfw::AsyncOpKernel {
   virtual absl::Status Validate(tfw::OpKernelContext* context, TensorEntry* entry) {
     return absl::OkStatus();
   }
+  // Called after PrepareOutputs: says where the entry's buffers live and, for a device, how the
+  // engine waits for them. Here host memory (request.device stays -1); the GPU kernels
+  // (ops/tf/gpu, built only with a GPU backend) override it.
+  virtual absl::Status BindDevice(tfw::OpKernelContext*, TensorEntry*) {
+    return absl::OkStatus();
+  }
 
   OpType op_type_;
   std::string tensor_name_;

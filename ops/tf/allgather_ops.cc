@@ -1,6 +1,6 @@
 // KerashvdAllgather and KerashvdGroupedAllgather: concatenation along the first dimension,
 // which may differ between ranks.
-#include "adapter.h"
+#include "kernels.h"
 
 namespace kerashvd {
 namespace tf {
@@ -36,26 +36,6 @@ REGISTER_OP("KerashvdGroupedAllgather")
     .Output("gathered: N * T")
     .SetShapeFn(UnknownFirstDim)
     .Doc("Allgather of a list of tensors as one unit.");
-
-class AllgatherKernel : public CollectiveKernel {
- public:
-  explicit AllgatherKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kAllgather) {}
-
- protected:
-  absl::Status Validate(tfw::OpKernelContext* context, TensorEntry* entry) override {
-    for (const Shape& s : entry->request.shapes)
-      if (s.empty())
-        return absl::InvalidArgumentError(
-            "allgather of '" + tensor_name_ +
-            "' needs a tensor of rank >= 1 (it concatenates along the first dimension); "
-            "received a scalar. Reshape it to [1] first.");
-    return absl::OkStatus();
-  }
-  absl::Status PrepareOutputs(tfw::OpKernelContext* context, TensorEntry* entry) override {
-    OutputsAllocatedLater(context, entry);
-    return absl::OkStatus();
-  }
-};
 
 REGISTER_KERNEL_BUILDER(Name("KerashvdAllgather").Device(tfw::DEVICE_CPU), AllgatherKernel);
 REGISTER_KERNEL_BUILDER(Name("KerashvdGroupedAllgather").Device(tfw::DEVICE_CPU), AllgatherKernel);

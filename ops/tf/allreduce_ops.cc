@@ -1,5 +1,5 @@
 // KerashvdAllreduce and KerashvdGroupedAllreduce.
-#include "adapter.h"
+#include "kernels.h"
 
 namespace kerashvd {
 namespace tf {
@@ -36,11 +36,6 @@ REGISTER_OP("KerashvdGroupedAllreduce")
       return absl::OkStatus();
     })
     .Doc("Reduces a list of tensors as one unit, fused into one collective.");
-
-class AllreduceKernel : public CollectiveKernel {
- public:
-  explicit AllreduceKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kAllreduce) {}
-};
 
 REGISTER_KERNEL_BUILDER(Name("KerashvdAllreduce").Device(tfw::DEVICE_CPU), AllreduceKernel);
 REGISTER_KERNEL_BUILDER(Name("KerashvdGroupedAllreduce").Device(tfw::DEVICE_CPU), AllreduceKernel);

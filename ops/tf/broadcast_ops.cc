@@ -1,5 +1,5 @@
 // KerashvdBroadcast and KerashvdGroupedBroadcast: root_rank's values to every rank.
-#include "adapter.h"
+#include "kernels.h"
 
 namespace kerashvd {
 namespace tf {
@@ -30,22 +30,6 @@ REGISTER_OP("KerashvdGroupedBroadcast")
       return absl::OkStatus();
     })
     .Doc("Broadcast of a list of tensors as one unit.");
-
-class BroadcastKernel : public CollectiveKernel {
- public:
-  explicit BroadcastKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kBroadcast) {}
-
- protected:
-  absl::Status Validate(tfw::OpKernelContext* context, TensorEntry* entry) override {
-    std::shared_ptr<Engine> engine = CurrentEngine();
-    int size = engine ? engine->mpi().size() : 1;
-    if (root_rank_ < 0 || root_rank_ >= size)
-      return absl::InvalidArgumentError("broadcast of '" + tensor_name_ + "': root_rank must be in [0, " +
-                                        std::to_string(size) + "); received root_rank=" +
-                                        std::to_string(root_rank_));
-    return absl::OkStatus();
-  }
-};
 
 REGISTER_KERNEL_BUILDER(Name("KerashvdBroadcast").Device(tfw::DEVICE_CPU), BroadcastKernel);
 REGISTER_KERNEL_BUILDER(Name("KerashvdGroupedBroadcast").Device(tfw::DEVICE_CPU), BroadcastKernel);

@@ -1,5 +1,5 @@
 // KerashvdJoin and KerashvdBarrier: collectives that carry no data.
-#include "adapter.h"
+#include "kernels.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 
 namespace kerashvd {
@@ -17,28 +17,6 @@ REGISTER_OP("KerashvdBarrier")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
     .Doc("Waits until every rank has reached the barrier.");
-
-class JoinKernel : public CollectiveKernel {
- public:
-  explicit JoinKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kJoin) {}
-
- protected:
-  absl::Status PrepareOutputs(tfw::OpKernelContext*, TensorEntry*) override { return absl::OkStatus(); }
-  absl::Status Finish(tfw::OpKernelContext* context, const CollectiveResult& result) override {
-    tfw::Tensor* out = nullptr;
-    TF_RETURN_IF_ERROR(context->allocate_output(0, tfw::TensorShape({}), &out));
-    out->scalar<int32_t>()() = result.last_joined_rank;
-    return absl::OkStatus();
-  }
-};
-
-class BarrierKernel : public CollectiveKernel {
- public:
-  explicit BarrierKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kBarrier) {}
-
- protected:
-  absl::Status PrepareOutputs(tfw::OpKernelContext*, TensorEntry*) override { return absl::OkStatus(); }
-};
 
 REGISTER_KERNEL_BUILDER(Name("KerashvdJoin").Device(tfw::DEVICE_CPU), JoinKernel);
 REGISTER_KERNEL_BUILDER(Name("KerashvdBarrier").Device(tfw::DEVICE_CPU), BarrierKernel);

@@ -1,6 +1,6 @@
 // KerashvdReducescatter and KerashvdGroupedReducescatter: reduce across ranks, then rank r
 // keeps its slice of the first dimension (the first rows % size ranks get one extra row).
-#include "adapter.h"
+#include "kernels.h"
 
 namespace kerashvd {
 namespace tf {
@@ -39,28 +39,6 @@ REGISTER_OP("KerashvdGroupedReducescatter")
     .Output("scattered: N * T")
     .SetShapeFn(ScatteredShape)
     .Doc("Reducescatter of a list of tensors as one unit.");
-
-class ReducescatterKernel : public CollectiveKernel {
- public:
-  explicit ReducescatterKernel(tfw::OpKernelConstruction* c)
-      : CollectiveKernel(c, OpType::kReducescatter) {}
-
- protected:
-  absl::Status Validate(tfw::OpKernelContext* context, TensorEntry* entry) override {
-    for (const Shape& s : entry->request.shapes)
-      if (s.empty())
-        return absl::InvalidArgumentError("reducescatter of '" + tensor_name_ +
-                                          "' needs a tensor of rank >= 1; received a scalar.");
-    if (reduce_op_ != ReduceOp::kSum && reduce_op_ != ReduceOp::kAverage)
-      return absl::InvalidArgumentError("reducescatter supports op=Average or op=Sum; received " +
-                                        std::string(ReduceOpName(reduce_op_)));
-    return absl::OkStatus();
-  }
-  absl::Status PrepareOutputs(tfw::OpKernelContext* context, TensorEntry* entry) override {
-    OutputsAllocatedLater(context, entry);
-    return absl::OkStatus();
-  }
-};
 
 REGISTER_KERNEL_BUILDER(Name("KerashvdReducescatter").Device(tfw::DEVICE_CPU), ReducescatterKernel);
 REGISTER_KERNEL_BUILDER(Name("KerashvdGroupedReducescatter").Device(tfw::DEVICE_CPU),

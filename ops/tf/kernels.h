@@ -1,0 +1,158 @@
+// The kernel class of every kerashvd op. The op files register them on the CPU; a build with
+// a GPU backend also registers them on the GPU (ops/tf/gpu), which is why they live in a header.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "adapter.h"
+
+namespace kerashvd {
+namespace tf {
+
+class AllreduceKernel : public CollectiveKernel {
+ public:
+  explicit AllreduceKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kAllreduce) {}
+};
+
+class AllgatherKernel : public CollectiveKernel {
+ public:
+  explicit AllgatherKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kAllgather) {}
+
+ protected:
+  absl::Status Validate(tfw::OpKernelContext*, TensorEntry* entry) override {
+    for (const Shape& s : entry->request.shapes)
+      if (s.empty())
+        return absl::InvalidArgumentError(
+            "allgather of '" + tensor_name_ +
+            "' needs a tensor of rank >= 1 (it concatenates along the first dimension); "
+            "received a scalar. Reshape it to [1] first.");
+    return absl::OkStatus();
+  }
+  absl::Status PrepareOutputs(tfw::OpKernelContext* context, TensorEntry* entry) override {
+    OutputsAllocatedLater(context, entry);
+    return absl::OkStatus();
+  }
+};
+
+class BroadcastKernel : public CollectiveKernel {
+ public:
+  explicit BroadcastKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kBroadcast) {}
+
+ protected:
+  absl::Status Validate(tfw::OpKernelContext*, TensorEntry*) override {
+    std::shared_ptr<Engine> engine = CurrentEngine();
+    int size = engine ? engine->mpi().size() : 1;
+    if (root_rank_ < 0 || root_rank_ >= size)
+      return absl::InvalidArgumentError("broadcast of '" + tensor_name_ + "': root_rank must be in [0, " +
+                                        std::to_string(size) + "); received root_rank=" +
+                                        std::to_string(root_rank_));
+    return absl::OkStatus();
+  }
+};
+
+class AlltoallKernel : public CollectiveKernel {
+ public:
+  explicit AlltoallKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kAlltoall) {}
+
+ protected:
+  int NumDataInputs(tfw::OpKernelContext*) const override { return 1; }
+
+  absl::Status Validate(tfw::OpKernelContext* context, TensorEntry* entry) override {
+    const Shape& shape = entry->request.shapes[0];
+    if (shape.empty())
+      return absl::InvalidArgumentError("alltoall of '" + tensor_name_ +
+                                        "' needs a tensor of rank >= 1; received a scalar.");
+    std::shared_ptr<Engine> engine = CurrentEngine();
+    const int size = engine ? engine->mpi().size() : 1;
+    const tfw::Tensor& splits = context->input(1);
+    const int64_t rows = shape[0];
+    if (splits.NumElements() == 0) {
+      if (rows % size != 0)
+        return absl::InvalidArgumentError(
+            "alltoall of '" + tensor_name_ + "' without splits needs a first dimension divisible "
+            "by the number of ranks (" + std::to_string(size) + "); received " +
+            std::to_string(rows) + " rows. Pass splits= to send uneven parts.");
+      entry->splits.assign(size, rows / size);
+      return absl::OkStatus();
+    }
+    if (splits.dims() != 1 || splits.NumElements() != size)
+      return absl::InvalidArgumentError(
+          "alltoall of '" + tensor_name_ + "': splits must be a vector with one entry per rank (" +
+          std::to_string(size) + "); received shape " + splits.shape().DebugString());
+    auto values = splits.flat<int64_t>();
+    int64_t total = 0;
+    for (int i = 0; i < size; ++i) {
+      if (values(i) < 0)
+        return absl::InvalidArgumentError("alltoall of '" + tensor_name_ + "': splits must be >= 0");
+      entry->splits.push_back(values(i));
+      total += values(i);
+    }
+    if (total != rows)
+      return absl::InvalidArgumentError(
+          "alltoall of '" + tensor_name_ + "': splits sum to " + std::to_string(total) +
+          " but the tensor has " + std::to_string(rows) + " rows; they must be equal.");
+    return absl::OkStatus();
+  }
+
+  absl::Status PrepareOutputs(tfw::OpKernelContext* context, TensorEntry* entry) override {
+    OutputsAllocatedLater(context, entry);
+    return absl::OkStatus();
+  }
+
+  absl::Status Finish(tfw::OpKernelContext* context, const CollectiveResult& result) override {
+    tfw::Tensor* out = nullptr;
+    TF_RETURN_IF_ERROR(context->allocate_output(
+        1, tfw::TensorShape({static_cast<int64_t>(result.received_splits.size())}), &out));
+    auto flat = out->flat<int64_t>();
+    for (size_t i = 0; i < result.received_splits.size(); ++i) flat(i) = result.received_splits[i];
+    return absl::OkStatus();
+  }
+};
+
+class ReducescatterKernel : public CollectiveKernel {
+ public:
+  explicit ReducescatterKernel(tfw::OpKernelConstruction* c)
+      : CollectiveKernel(c, OpType::kReducescatter) {}
+
+ protected:
+  absl::Status Validate(tfw::OpKernelContext*, TensorEntry* entry) override {
+    for (const Shape& s : entry->request.shapes)
+      if (s.empty())
+        return absl::InvalidArgumentError("reducescatter of '" + tensor_name_ +
+                                          "' needs a tensor of rank >= 1; received a scalar.");
+    if (reduce_op_ != ReduceOp::kSum && reduce_op_ != ReduceOp::kAverage)
+      return absl::InvalidArgumentError("reducescatter supports op=Average or op=Sum; received " +
+                                        std::string(ReduceOpName(reduce_op_)));
+    return absl::OkStatus();
+  }
+  absl::Status PrepareOutputs(tfw::OpKernelContext* context, TensorEntry* entry) override {
+    OutputsAllocatedLater(context, entry);
+    return absl::OkStatus();
+  }
+};
+
+class JoinKernel : public CollectiveKernel {
+ public:
+  explicit JoinKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kJoin) {}
+
+ protected:
+  absl::Status PrepareOutputs(tfw::OpKernelContext*, TensorEntry*) override { return absl::OkStatus(); }
+  absl::Status Finish(tfw::OpKernelContext* context, const CollectiveResult& result) override {
+    tfw::Tensor* out = nullptr;
+    TF_RETURN_IF_ERROR(context->allocate_output(0, tfw::TensorShape({}), &out));
+    out->scalar<int32_t>()() = result.last_joined_rank;
+    return absl::OkStatus();
+  }
+};
+
+class BarrierKernel : public CollectiveKernel {
+ public:
+  explicit BarrierKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kBarrier) {}
+
+ protected:
+  absl::Status PrepareOutputs(tfw::OpKernelContext*, TensorEntry*) override { return absl::OkStatus(); }
+};
+
+}  // namespace tf
+}  // namespace kerashvd
