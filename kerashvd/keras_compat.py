@@ -23,7 +23,7 @@ import os
 import tensorflow as tf
 
 __all__ = ["KERAS_NAME", "USES_TF_KERAS", "keras", "build_optimizer", "optimizer_built",
-           "optimizer_variables", "unsupported", "variable_aggregation"]
+           "optimizer_variables", "variable_aggregation"]
 
 USES_TF_KERAS = os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True")
 KERAS_NAME = "Keras 2 (tf_keras)" if USES_TF_KERAS else "Keras 3"
@@ -42,11 +42,6 @@ else:
     if not keras.__version__.startswith("3."):
         raise ImportError(f"kerashvd needs Keras 3 (or tf_keras with TF_USE_LEGACY_KERAS=1); "
                           f"keras {keras.__version__} is installed: pip install 'keras>=3'")
-
-
-def unsupported(feature, why, alternative):
-    """Returns the ``NotImplementedError`` for a feature that cannot work on this Keras."""
-    return NotImplementedError(f"{feature} is not supported on {KERAS_NAME}: {why}. {alternative}")
 
 
 def optimizer_variables(optimizer):

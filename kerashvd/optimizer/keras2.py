@@ -38,6 +38,16 @@ from ..reduce_ops import Average
 from .aggregation import LocalAggregator
 from .reduction import GradientReducer, check_not_xla
 
+# Serialized names of the built-in compressions (as in keras3, without importing Keras 3).
+_COMPRESSION_NAMES = {getattr(Compression, name): name for name in ("none", "fp16", "bf16")}
+
+
+class _CallableList(list):
+    """A list that also answers ``()``, as tf_keras' ``optimizer.variables`` does."""
+
+    def __call__(self):
+        return self
+
 
 def _is_keras3_optimizer(optimizer):
     keras = sys.modules.get("keras")
@@ -211,7 +221,7 @@ class DistributedOptimizer(tf_keras.optimizers.Optimizer):
         # The base class's own step counter is unused (the inner optimizer counts); leaving it
         # out also keeps variable names unique, which the HDF5 format needs.
         own = [v for v in self._variables if v is not self._iterations]
-        return own + list(self._optimizer.variables)
+        return _CallableList(own + list(self._optimizer.variables))
 
     def set_weights(self, weights):
         """Assigns ``weights`` to :attr:`variables`, in order (tf_keras' HDF5 loader calls it)."""
@@ -227,7 +237,6 @@ class DistributedOptimizer(tf_keras.optimizers.Optimizer):
 
     # -- serialization --------------------------------------------------------------------
     def get_config(self):
-        from .keras3 import _COMPRESSION_NAMES
         compression = _COMPRESSION_NAMES.get(self.compression)
         if compression is None:
             raise ValueError("Cannot serialize DistributedOptimizer with the custom compression "

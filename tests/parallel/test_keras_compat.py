@@ -49,9 +49,6 @@ def test_optimizer_helpers(hvd):
     assert sum(v is optimizer.learning_rate for v in variables) == 1
     assert any(v is optimizer.iterations for v in variables)
     assert len(variables) == len({id(v) for v in variables})
-    err = keras_compat.unsupported("Feature X", "because Y", "Do Z.")
-    assert isinstance(err, NotImplementedError)
-    assert str(err) == f"Feature X is not supported on {keras_compat.KERAS_NAME}: because Y. Do Z."
 
 
 def test_metric_state_aggregation_names(hvd):
@@ -63,6 +60,8 @@ def test_metric_state_aggregation_names(hvd):
 
 def test_a_model_of_the_other_keras_is_refused_by_name(hvd):
     """fit of the other Keras' model with kerashvd callbacks: our TypeError, not theirs."""
+    if hvd.size() > 1:
+        pytest.skip("a local check: once is enough (and spares each rank the other Keras' import)")
     if USES_TF_KERAS:
         import keras as other
     else:
