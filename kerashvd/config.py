@@ -45,6 +45,10 @@ SETTINGS = {
     "peer_timeout_seconds": _Setting(
         "KERASHVD_PEER_TIMEOUT", "peer_timeout_seconds", 1, 0,
         "seconds without an answer from other ranks before they count as dead (default 30)"),
+    "huge_pages": _Setting(
+        "KERASHVD_HUGE_PAGES", "huge_pages", 1, 0,
+        "1 (default): back large CPU buffers of collectives with transparent huge pages, which "
+        "speeds MPI's shared-memory copies; 0: leave memory as TensorFlow allocated it"),
     "timeline_max_mb": _Setting(
         "KERASHVD_TIMELINE_MAX_MB", "timeline_max_bytes", 1 << 20, 0.001,
         "largest timeline file in MiB; recording stops there (default 256)"),

@@ -169,7 +169,8 @@ def test_bad_values_of_known_settings_make_init_raise():
             ("KERASHVD_CACHE_CAPACITY", "-5"), ("KERASHVD_STALL_CHECK_TIME", "soon"),
             ("KERASHVD_STALL_SHUTDOWN_TIME", "-2"), ("KERASHVD_PEER_TIMEOUT", "-1"),
             ("KERASHVD_CYCLE_TIME", "nan"), ("KERASHVD_STALL_CHECK_TIME", "inf"),
-            ("KERASHVD_FUSION_THRESHOLD", "-inf"),
+            ("KERASHVD_FUSION_THRESHOLD", "-inf"), ("KERASHVD_HUGE_PAGES", "-1"),
+            ("KERASHVD_HUGE_PAGES", "yes"),
         ]
         for variable, value in bad_variables:
             os.environ[variable] = value
@@ -196,6 +197,7 @@ def test_bad_values_of_known_settings_make_init_raise():
 
         os.environ["KERASHVD_CYCLE_TIME"] = "2.5"  # good values still work
         os.environ["KERASHVD_FUSION_THRESHOLD"] = "0"
+        os.environ["KERASHVD_HUGE_PAGES"] = "0"
         hvd.init()
         assert hvd.size() == 1
         print("DONE")

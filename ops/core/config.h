@@ -22,6 +22,8 @@ struct Config {
   // A negotiation that does not complete within this long means a rank stopped answering
   // (died, or its process is stuck outside kerashvd); the engine then fails on this rank.
   double peer_timeout_seconds = 30.0;
+  // Advise large host buffers of collectives to use transparent huge pages (huge_pages.h).
+  bool huge_pages = true;
   // Write a Chrome-trace timeline here from init() on ("" = none); see timeline.h.
   std::string timeline_path;
   int64_t timeline_max_bytes = 256LL * 1024 * 1024;

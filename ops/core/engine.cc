@@ -14,7 +14,9 @@ Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
   KERASHVD_RETURN_IF_ERROR(MpiContext::Create(&engine->mpi_));
   engine->control_ = std::make_unique<MpiControlPlane>(engine->mpi_.get(), config.peer_timeout_seconds,
                                                        &engine->abort_);
-  engine->cpu_backend_ = std::make_unique<MpiBackend>(engine->mpi_.get(), &engine->abort_);
+  engine->huge_pages_ = HugePages(config.huge_pages);
+  engine->cpu_backend_ = std::make_unique<MpiBackend>(engine->mpi_.get(), &engine->abort_,
+                                                      &engine->huge_pages_);
   engine->control_->set_idler([e = engine.get()](std::chrono::microseconds nap) {
     if (!e->queue_.WaitForSubmissionAfter(e->seen_submissions_, nap)) return false;
     e->seen_submissions_ = e->queue_.submissions();

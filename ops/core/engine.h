@@ -28,6 +28,7 @@
 #include "controller.h"
 #include "executor.h"
 #include "host_memory_ops.h"
+#include "huge_pages.h"
 #include "peer_monitor.h"
 #include "tensor_queue.h"
 #include "timeline.h"
@@ -73,6 +74,7 @@ class Engine {
   AbortFlag abort_;  // set when a peer fails; every wait in a collective checks it
   std::unique_ptr<MpiContext> mpi_;
   std::unique_ptr<ControlPlane> control_;
+  HugePages huge_pages_{true};  // replaced from the config in Create
   std::unique_ptr<Backend> cpu_backend_;
   std::unique_ptr<Controller> controller_;
   HostMemoryOps host_memory_;

@@ -39,6 +39,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("stall_check_seconds", &kerashvd::Config::stall_check_seconds)
       .def_readwrite("stall_shutdown_seconds", &kerashvd::Config::stall_shutdown_seconds)
       .def_readwrite("peer_timeout_seconds", &kerashvd::Config::peer_timeout_seconds)
+      .def_readwrite("huge_pages", &kerashvd::Config::huge_pages)
       .def_readwrite("timeline_path", &kerashvd::Config::timeline_path)
       .def_readwrite("timeline_max_bytes", &kerashvd::Config::timeline_max_bytes);
 

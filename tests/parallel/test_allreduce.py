@@ -292,3 +292,16 @@ def test_random_floats_are_bit_identical_across_runs_and_ranks(hvd):
     for j, got in enumerate(runs[0]):
         expected = np.mean([d[j].astype(np.float64) for d in drawn], axis=0)
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("elements", [(5 << 20) // 4 + 3, (9 << 20) // 4 + 1])
+def test_large_allreduce_on_huge_page_advised_buffers(hvd, elements):
+    # Buffers of 4 MiB and more are advised to use huge pages (ops/core/huge_pages.h), which
+    # must never change their contents: the sizes are not multiples of 2 MiB, so the advised
+    # blocks start and end inside the tensors. Run twice: the second call reuses the blocks.
+    base = np.arange(elements, dtype=np.float32) % 1000
+    x = tf.constant(base + hvd.rank())
+    expected = base * hvd.size() + sum(range(hvd.size()))
+    for _ in range(2):
+        np.testing.assert_array_equal(hvd.allreduce(x, op=hvd.Sum, name=f"huge.{elements}").numpy(),
+                                      expected)

@@ -36,6 +36,11 @@ Status MpiBackend::Allreduce(const void* send, void* recv, int64_t count, DataTy
   KERASHVD_RETURN_IF_ERROR(CheckReducible(dtype));
   if (count == 0) return Status::Ok();
   const void* source = send == recv ? MPI_IN_PLACE : send;
+  if (huge_pages_) {
+    const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
+    if (send != recv) huge_pages_->Advise(send, bytes);
+    huge_pages_->Advise(recv, bytes);
+  }
   MPI_Request request;
   return Finish(MPI_Iallreduce_c(source, recv, count, MpiDatatype(dtype), MpiOp(options.op),
                                  mpi_->comm(), &request),

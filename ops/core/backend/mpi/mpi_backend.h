@@ -3,6 +3,7 @@
 // blocking call would), checking the AbortFlag so a peer's death ends the wait.
 #pragma once
 
+#include "../../huge_pages.h"
 #include "../backend.h"
 #include "../../abort_flag.h"
 #include "mpi_context.h"
@@ -11,7 +12,9 @@ namespace kerashvd {
 
 class MpiBackend : public Backend {
  public:
-  MpiBackend(const MpiContext* mpi, const AbortFlag* abort) : mpi_(mpi), abort_(abort) {}
+  // `huge_pages` (optional) is told about large buffers before MPI streams through them.
+  MpiBackend(const MpiContext* mpi, const AbortFlag* abort, HugePages* huge_pages = nullptr)
+      : mpi_(mpi), abort_(abort), huge_pages_(huge_pages) {}
   const char* name() const override { return "MPI"; }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                    const ReduceOptions& options) override;
@@ -28,6 +31,7 @@ class MpiBackend : public Backend {
   Status Finish(int rc, MPI_Request* request, const char* what);
   const MpiContext* mpi_;
   const AbortFlag* abort_;
+  HugePages* huge_pages_;
 };
 
 }  // namespace kerashvd
