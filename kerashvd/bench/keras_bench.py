@@ -88,6 +88,19 @@ def _run(cmd):
     return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
 
 
+def _run_side_by_side(cmd, n):
+    """Runs n copies of cmd at once; returns their summed images/second."""
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    total = 0.0
+    for proc in procs:
+        out, _ = proc.communicate()
+        if proc.returncode != 0:
+            raise subprocess.CalledProcessError(proc.returncode, cmd, out)
+        total += json.loads([line for line in out.splitlines() if line.startswith("{")][-1])[
+            "images_per_second"]
+    return total
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m kerashvd.bench keras", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -118,6 +131,10 @@ def main(argv=None):
         for name, cmd in configs.items():
             rate = _run(cmd)["images_per_second"]
             best[name] = max(best.get(name, 0.0), rate)
+        # The machine's own ceiling: N plain processes side by side, with no communication,
+        # compete only for cores, caches and memory bandwidth.
+        rate = _run_side_by_side(configs["plain"], args.np)
+        best["side"] = max(best.get("side", 0.0), rate)
     plain, one, many = best["plain"], best["hvd1"], best[f"hvd{args.np}"]
     print(f"# Keras ResNet-style CNN, 32x32x3, batch {args.batch}/rank, 1 intra-op thread/rank, "
           f"best of {args.repeats}")
@@ -127,6 +144,9 @@ def main(argv=None):
     print(f"kerashvd, 1 rank            {one:9.1f} images/s   overhead {100 * (1 - one / plain):5.1f}%")
     print(f"kerashvd, {args.np} ranks           {many:9.1f} images/s   scaling efficiency "
           f"{100 * many / (args.np * one):5.1f}%")
+    print(f"plain Keras, {args.np} processes side by side, no communication: "
+          f"{best['side']:9.1f} images/s = {100 * best['side'] / (args.np * plain):5.1f}% of "
+          f"{args.np}x one process (this machine's ceiling for the scaling efficiency)")
     return 0
 
 
