@@ -65,6 +65,8 @@ class Controller {
   // Entries still waiting on this rank, handed over so they can be failed at shutdown.
   std::vector<TensorEntry> TakePending();
   bool joined() const { return join_pending_; }
+  // Whether entries submitted on this rank still wait for other ranks.
+  bool has_pending() const { return !pending_.empty(); }
   const ResponseCache& cache() const { return cache_; }
 
  private:

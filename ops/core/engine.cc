@@ -18,6 +18,10 @@ Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
   engine->cpu_backend_ = std::make_unique<MpiBackend>(engine->mpi_.get(), &engine->abort_,
                                                       &engine->huge_pages_);
   engine->control_->set_idler([e = engine.get()](std::chrono::microseconds nap) {
+    // With a collective pending here, the peers are expected soon: nap briefly, so that the
+    // cycle completes within ~kPendingNap of the last rank's arrival instead of up to the
+    // wait loop's longest nap (1 ms).
+    if (e->pending_work_) nap = std::min(nap, kPendingNap);
     if (!e->queue_.WaitForSubmissionAfter(e->seen_submissions_, nap)) return false;
     e->seen_submissions_ = e->queue_.submissions();
     return true;
@@ -110,7 +114,9 @@ void Engine::Loop() {
     if (abort_.is_set()) return Stop(abort_.status());
     seen_submissions_ = queue_.submissions();
     CycleResult cycle;
-    Status status = controller_->RunCycle(queue_.TakeAll(), shutdown_requested_, &cycle);
+    std::deque<TensorEntry> incoming = queue_.TakeAll();
+    pending_work_ = !incoming.empty() || controller_->has_pending();
+    Status status = controller_->RunCycle(std::move(incoming), shutdown_requested_, &cycle);
     if (!status.ok()) return Stop(status);
     if (cycle.shutdown) {
       std::ostringstream msg;

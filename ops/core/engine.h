@@ -38,6 +38,8 @@ namespace kerashvd {
 class Engine {
  public:
   static constexpr std::chrono::milliseconds kMaxIdleWait{20};
+  // Longest nap while waiting for the other ranks in a negotiation with work pending here.
+  static constexpr std::chrono::microseconds kPendingNap{50};
 
   static Status Create(const Config& config, std::unique_ptr<Engine>* out);
   ~Engine();
@@ -85,6 +87,7 @@ class Engine {
   TensorQueue queue_;
   Timeline timeline_;
   uint64_t seen_submissions_ = 0;  // background thread only
+  bool pending_work_ = false;      // background thread only: this cycle carries work
   std::thread thread_;
   std::atomic<bool> shutdown_requested_{false};
   std::mutex state_mutex_;
