@@ -25,6 +25,7 @@ void HugePages::Advise(const void* data, int64_t bytes) {
   const uintptr_t address = reinterpret_cast<uintptr_t>(data);
   const uintptr_t first = (address + kBlock - 1) / kBlock * kBlock;
   const uintptr_t last = (address + bytes) / kBlock * kBlock;
+  if (seen_.size() > kMaxBlocks) seen_.clear();
   // Advise each run of consecutive unseen blocks with one call pair.
   uintptr_t run = 0;
   for (uintptr_t block = first; block < last; block += kBlock) {

@@ -11,7 +11,9 @@
 // (Linux >= 6.1: its present pages are merged into a huge page now, once). Blocks are
 // remembered, so a buffer reused every step costs one set lookup per block after the first
 // time. Failures (an older kernel, THP disabled, memory pressure) are ignored: this is only a
-// hint, and contents never change. Not thread-safe: the engine's background thread calls it.
+// hint, and contents never change. An allocator that hands out new addresses every step
+// would grow the set without end, so it is forgotten at kMaxBlocks (advising a block again
+// is harmless). Not thread-safe: the engine's background thread calls it.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,7 @@ class HugePages {
  public:
   static constexpr int64_t kBlock = 2 << 20;
   static constexpr int64_t kMinBytes = 4 << 20;
+  static constexpr size_t kMaxBlocks = 1 << 16;  // 128 GiB of address space
 
   explicit HugePages(bool enabled) : enabled_(enabled) {}
   void Advise(const void* data, int64_t bytes);
