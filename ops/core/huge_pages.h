@@ -16,6 +16,7 @@
 // is harmless). Not thread-safe: the engine's background thread calls it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <unordered_set>
 
