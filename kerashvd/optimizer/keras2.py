@@ -37,10 +37,9 @@ from ..compression import Compression
 from ..reduce_ops import Average
 from .aggregation import LocalAggregator
 from .reduction import GradientReducer, check_not_xla
+from .wrapper_config import wrapper_arguments, wrapper_config
 
 # Serialized names of the built-in compressions (as in keras3, without importing Keras 3).
-_COMPRESSION_NAMES = {getattr(Compression, name): name for name in ("none", "fp16", "bf16")}
-
 
 class _CallableList(list):
     """A list that also answers ``()``, as tf_keras' ``optimizer.variables`` does."""
@@ -237,32 +236,15 @@ class DistributedOptimizer(tf_keras.optimizers.Optimizer):
 
     # -- serialization --------------------------------------------------------------------
     def get_config(self):
-        compression = _COMPRESSION_NAMES.get(self.compression)
-        if compression is None:
-            raise ValueError("Cannot serialize DistributedOptimizer with the custom compression "
-                             f"{self.compression.__name__}; only Compression.none, .fp16 and "
-                             ".bf16 have names")
-        return {
-            "name": self.name,
-            "optimizer": tf_keras.optimizers.serialize(self._optimizer),
-            "compression": compression,
-            "sparse_as_dense": self.sparse_as_dense,
-            "backward_passes_per_step": self.backward_passes_per_step,
-            "op": self.op,
-            "gradient_predivide_factor": self.gradient_predivide_factor,
-            "average_aggregated_gradients": self.average_aggregated_gradients,
-            "num_groups": self.num_groups,
-        }
+        return {**wrapper_config(self),
+                "optimizer": tf_keras.optimizers.serialize(self._optimizer)}
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
         config = copy.deepcopy(config)  # tf_keras' deserialize edits the inner config in place
         inner = tf_keras.optimizers.deserialize(config.pop("optimizer"),
                                                 custom_objects=custom_objects)
-        compression = config.pop("compression", "none")
-        config["compression"] = getattr(Compression, compression) if isinstance(compression, str) \
-            else compression
-        return DistributedOptimizer(inner, **config)
+        return DistributedOptimizer(inner, **wrapper_arguments(config))
 
 
 @tf_keras.saving.register_keras_serializable(package="kerashvd",

@@ -26,14 +26,13 @@ import keras
 import tensorflow as tf
 from keras.optimizers import LossScaleOptimizer
 
-from ..compression import BF16Compressor, Compression, FP16Compressor, NoneCompressor
+from ..compression import Compression
 from ..reduce_ops import Average
 from .aggregation import LocalAggregator
 from .reduction import GradientReducer, check_not_xla
+from .wrapper_config import wrapper_arguments, wrapper_config
 
 _KerasOptimizer = keras.optimizers.Optimizer
-_COMPRESSION_NAMES = {NoneCompressor: "none", FP16Compressor: "fp16", BF16Compressor: "bf16"}
-
 
 def _is_tf_keras_optimizer(optimizer):
     tf_keras = sys.modules.get("tf_keras")
@@ -284,22 +283,8 @@ class DistributedOptimizer(_KerasOptimizer):
         Raises:
             ValueError: for a custom compressor, which has no serializable name.
         """
-        compression = _COMPRESSION_NAMES.get(self.compression)
-        if compression is None:
-            raise ValueError("Cannot serialize DistributedOptimizer with the custom compression "
-                             f"{self.compression.__name__}; only Compression.none, .fp16 and "
-                             ".bf16 have names")
-        return {
-            "name": self.name,
-            "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
-            "compression": compression,
-            "sparse_as_dense": self.sparse_as_dense,
-            "backward_passes_per_step": self.backward_passes_per_step,
-            "op": self.op,
-            "gradient_predivide_factor": self.gradient_predivide_factor,
-            "average_aggregated_gradients": self.average_aggregated_gradients,
-            "num_groups": self.num_groups,
-        }
+        return {**wrapper_config(self),
+                "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer)}
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
@@ -307,10 +292,7 @@ class DistributedOptimizer(_KerasOptimizer):
         config = dict(config)
         inner = keras.saving.deserialize_keras_object(config.pop("optimizer"),
                                                       custom_objects=custom_objects)
-        compression = config.pop("compression", "none")
-        config["compression"] = getattr(Compression, compression) if isinstance(compression, str) \
-            else compression
-        return DistributedOptimizer(inner, **config)
+        return DistributedOptimizer(inner, **wrapper_arguments(config))
 
 
 @keras.saving.register_keras_serializable(package="kerashvd",
