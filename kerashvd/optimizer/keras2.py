@@ -37,6 +37,7 @@ from ..compression import Compression
 from ..reduce_ops import Average
 from .aggregation import LocalAggregator
 from .reduction import GradientReducer, check_not_xla
+from .loss_scale_order import wrapped_by_loss_scaling
 from .wrapper_config import wrapper_arguments, wrapper_config
 
 # Serialized names of the built-in compressions (as in keras3, without importing Keras 3).
@@ -180,21 +181,14 @@ class DistributedOptimizer(tf_keras.optimizers.Optimizer):
         """Refuses ``LossScaleOptimizer(DistributedOptimizer(...))`` (see the module doc)."""
         if self._order_checked:
             return
-        frame = sys._getframe(2)
-        for _ in range(40):
-            if frame is None:
-                break
-            owner = frame.f_locals.get("self")
-            if (owner is not self and isinstance(owner, LossScaleOptimizer)
-                    and getattr(owner, "inner_optimizer", None) is self):
-                raise ValueError(
-                    "A tf_keras LossScaleOptimizer wraps this DistributedOptimizer (compile() "
-                    "does so under a mixed_float16 policy), so each rank would decide alone "
-                    "whether to skip a non-finite step, and ranks would stop meeting at the "
-                    "allreduce. Put the loss scaling inside instead: hvd.DistributedOptimizer("
-                    "tf_keras.mixed_precision.LossScaleOptimizer(optimizer)); compile() keeps it "
-                    "as it is.")
-            frame = frame.f_back
+        if wrapped_by_loss_scaling(self, LossScaleOptimizer):
+            raise ValueError(
+                "A tf_keras LossScaleOptimizer wraps this DistributedOptimizer (compile() "
+                "does so under a mixed_float16 policy), so each rank would decide alone "
+                "whether to skip a non-finite step, and ranks would stop meeting at the "
+                "allreduce. Put the loss scaling inside instead: hvd.DistributedOptimizer("
+                "tf_keras.mixed_precision.LossScaleOptimizer(optimizer)); compile() keeps it "
+                "as it is.")
         self._order_checked = True
 
     # -- delegation to the inner optimizer ------------------------------------------------

@@ -30,6 +30,7 @@ from ..compression import Compression
 from ..reduce_ops import Average
 from .aggregation import LocalAggregator
 from .reduction import GradientReducer, check_not_xla
+from .loss_scale_order import wrapped_by_loss_scaling
 from .wrapper_config import wrapper_arguments, wrapper_config
 
 _KerasOptimizer = keras.optimizers.Optimizer
@@ -232,21 +233,14 @@ class DistributedOptimizer(_KerasOptimizer):
         """
         if self._order_checked:
             return
-        frame = sys._getframe(2)
-        for _ in range(40):
-            if frame is None:
-                break
-            owner = frame.f_locals.get("self")
-            if (owner is not self and isinstance(owner, LossScaleOptimizer)
-                    and getattr(owner, "inner_optimizer", None) is self):
-                raise ValueError(
-                    "A keras.optimizers.LossScaleOptimizer wraps this DistributedOptimizer, so "
-                    "each rank would decide alone whether to skip a non-finite step, and ranks "
-                    "would stop meeting at the allreduce. Put the loss scaling inside instead: "
-                    "hvd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(optimizer)). "
-                    "compile() then keeps it as it is (mixed_float16 wraps only optimizers that "
-                    "are not LossScaleOptimizers).")
-            frame = frame.f_back
+        if wrapped_by_loss_scaling(self, LossScaleOptimizer):
+            raise ValueError(
+                "A keras.optimizers.LossScaleOptimizer wraps this DistributedOptimizer, so "
+                "each rank would decide alone whether to skip a non-finite step, and ranks "
+                "would stop meeting at the allreduce. Put the loss scaling inside instead: "
+                "hvd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(optimizer)). "
+                "compile() then keeps it as it is (mixed_float16 wraps only optimizers that "
+                "are not LossScaleOptimizers).")
         self._order_checked = True
 
     # -- delegation to the inner optimizer ------------------------------------------------
