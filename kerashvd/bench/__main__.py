@@ -4,7 +4,9 @@
 Started without an MPI launcher it relaunches itself with ``mpiexec -n NP`` (default 2).
 Prints, for float32 Sum allreduces of each size: time per call, algbw and busbw (nccl-tests
 factor 2(n-1)/n), #wrong elements in the last result, raw MPI's time and busbw for the same
-bytes (mpi4py ``Allreduce`` on numpy arrays), and the ratio of busbw. Then the latency of a
+bytes (mpi4py ``Allreduce`` on numpy arrays), and the ratio of busbw. Compared functions are
+timed in turn over several rounds and each reports its median round, so that the machine's
+drift during the run does not bias the ratios. Then the latency of a
 single 4 KiB allreduce and of 100 tensors of 16 KiB in one tf.function step.
 """
 
@@ -21,6 +23,9 @@ def _parse(argv):
     p.add_argument("--sizes", default="4K,64K,1M,16M,64M",
                    help="comma-separated message sizes in bytes (K/M suffixes)")
     p.add_argument("--seconds", type=float, default=1.0, help="target time per measurement")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="rounds in which the compared functions are timed in turn; each reports "
+                        "its median round (default 5)")
     p.add_argument("--threads", type=int, default=1, help="TF intra/inter-op threads per rank")
     return p.parse_args(argv)
 

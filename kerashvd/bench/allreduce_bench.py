@@ -13,18 +13,30 @@ def _bytes(text):
     return int(float(text.rstrip("KMG")) * scale)
 
 
-def _time_calls(fn, seconds, sync):
-    """Seconds per call of fn(), after warm-up, over about `seconds` (all ranks agree on count)."""
-    for _ in range(3):
+def _time_calls(fns, seconds, sync, repeats=1):
+    """Seconds per call of each fn() in `fns` (about `seconds` of calls each), after warm-up.
+
+    The functions are timed in turn, `repeats` rounds of about `seconds / repeats` each, and each
+    gets the median of its rounds: a drift of the machine's speed during the run then hits every
+    function alike, and so cancels out of the ratios printed between them. All ranks agree on
+    the number of calls.
+    """
+    iters = []
+    for fn in fns:
+        for _ in range(3):
+            fn()
+        start = time.perf_counter()
         fn()
-    start = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - start, 1e-6)
-    iters = sync(max(5, min(20000, int(seconds / once))))
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    return (time.perf_counter() - start) / iters
+        once = max(time.perf_counter() - start, 1e-6)
+        iters.append(sync(max(5, min(20000, int(seconds / repeats / once)))))
+    rounds = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            for _ in range(iters[i]):
+                fn()
+            rounds[i].append((time.perf_counter() - start) / iters[i])
+    return [sync(sorted(r)[len(r) // 2]) for r in rounds]
 
 
 def run(args):
@@ -60,15 +72,12 @@ def run(args):
         def step(t):
             return hvd.allreduce(t, op=hvd.Sum, name=f"bench.{nbytes}")
 
-        out = step(x)
-        t_op = _time_calls(lambda: step(x).numpy() if count < 1024 else step(x), args.seconds, sync)
-        out = step(x).numpy()
-        wrong = int(np.count_nonzero(out != n * (n + 1) / 2))
-
         a = np.full(count, rank + 1, np.float32)
         b = np.empty_like(a)
-        t_mpi = _time_calls(lambda: comm.Allreduce(a, b), args.seconds, sync)
-        t_op, t_mpi = sync(t_op), sync(t_mpi)
+        t_op, t_mpi = _time_calls([lambda: step(x).numpy() if count < 1024 else step(x),
+                                   lambda: comm.Allreduce(a, b)], args.seconds, sync, args.repeats)
+        out = step(x).numpy()
+        wrong = int(np.count_nonzero(out != n * (n + 1) / 2))
         busbw = nbytes / t_op / 1e9 * factor
         mpi_busbw = nbytes / t_mpi / 1e9 * factor
         say(f"  {nbytes:>10} {count:>10} {t_op * 1e6:>10.1f} {nbytes / t_op / 1e9:>7.3f} {busbw:>7.3f}"
@@ -79,8 +88,8 @@ def run(args):
     x = tf.constant(np.ones(1024, np.float32))
     small = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name="bench.latency"))
     floor = tf.function(lambda t: t * 1.0)
-    t_floor = sync(_time_calls(lambda: floor(x), args.seconds, sync))
-    t_small = sync(_time_calls(lambda: small(x), args.seconds, sync))
+    t_floor, t_small = _time_calls([lambda: floor(x), lambda: small(x)], args.seconds, sync,
+                                   args.repeats)
     say(f"# single 4 KiB allreduce in tf.function: {t_small * 1e3:.3f} ms per step "
         f"(the same tf.function without the allreduce: {t_floor * 1e3:.3f} ms; "
         f"kerashvd adds {(t_small - t_floor) * 1e3:.3f} ms)")
@@ -93,7 +102,7 @@ def run(args):
             t = hvd.allreduce(t, op=hvd.Min, name=f"bench.chain.{i}")
         return t
 
-    t_chain = sync(_time_calls(lambda: chain(x), args.seconds, sync))
+    (t_chain,) = _time_calls([lambda: chain(x)], args.seconds, sync, args.repeats)
     say(f"# 4 KiB allreduce chained 20 deep in one tf.function: {t_chain / 20 * 1e3:.3f} ms each")
 
     # 100 tensors of 16 KiB reduced in one step: separate ops (fused by the engine) and grouped,
@@ -112,11 +121,11 @@ def run(args):
     def no_collective(ts):
         return [t * 1.0 for t in ts]
 
-    t_none = sync(_time_calls(lambda: no_collective(xs), args.seconds, sync))
-    t_many = sync(_time_calls(lambda: many(xs), args.seconds, sync))
+    t_none, t_many, t_grouped = _time_calls(
+        [lambda: no_collective(xs), lambda: many(xs), lambda: grouped(xs)], args.seconds, sync,
+        args.repeats)
     outs = many(xs)
     wrong = sum(int(np.count_nonzero(o.numpy() != i * n)) for i, o in enumerate(outs))
-    t_grouped = sync(_time_calls(lambda: grouped(xs), args.seconds, sync))
     say(f"# 100 x 16 KiB in one tf.function step: {t_many * 1e3:.3f} ms as 100 allreduces "
         f"(#wrong {wrong}), {t_grouped * 1e3:.3f} ms as one grouped_allreduce; the same step "
         f"without collectives: {t_none * 1e3:.3f} ms")
@@ -136,8 +145,8 @@ def run(args):
         for v in vs:
             v.assign(v * 1.0)
 
-    t_vars_none = sync(_time_calls(train_like_alone, args.seconds, sync))
-    t_vars = sync(_time_calls(train_like, args.seconds, sync))
+    t_vars_none, t_vars = _time_calls([train_like_alone, train_like], args.seconds, sync,
+                                      args.repeats)
     wrong = sum(int(np.count_nonzero(v.numpy() != i)) for i, v in enumerate(vs))
     say(f"# 100 x 16 KiB made and used inside one tf.function step (variables): "
         f"{t_vars * 1e3:.3f} ms with one grouped_allreduce (#wrong {wrong}); the same step "

@@ -19,9 +19,21 @@ Status MpiWait(MPI_Request* request, const char* what, const AbortFlag* abort,
     if (rc != MPI_SUCCESS) return MpiStatus(rc, what);
     if (flag) return Status::Ok();
     if (abort && (polls & 63) == 0 && abort->is_set()) return abort->status();
-    if (policy.spin.count() < 0) continue;
+    // While spinning, offer the core to any other runnable thread between polls. With more
+    // busy threads than cores (ranks sharing a node with TF's own threads) the thread that
+    // the wait depends on is often a peer rank's, queued on this very core; without the yield
+    // it runs only when the time slice ends. With an idle core the yield returns at once, so
+    // the spin's latency stays (measured on 2 cores, 2 ranks: a 100 x 16 KiB grouped step
+    // went from 2.1 to 1.4 ms, a 4 KiB allreduce from 0.43 to 0.41 ms).
+    if (policy.spin.count() < 0) {
+      std::this_thread::yield();
+      continue;
+    }
     const auto now = Clock::now();
-    if (now - spin_from < policy.spin) continue;
+    if (now - spin_from < policy.spin) {
+      std::this_thread::yield();
+      continue;
+    }
     if (policy.timeout_seconds > 0 &&
         now - start > std::chrono::duration<double>(policy.timeout_seconds)) {
       std::ostringstream msg;

@@ -14,7 +14,7 @@
 namespace kerashvd {
 
 struct WaitPolicy {
-  // Spin this long before napping; naps grow from 10 us to 1 ms and end early through the
+  // Spin this long (yielding the core between polls) before napping; naps grow from 10 us to 1 ms and end early through the
   // idler when local work arrives. A negative value means never nap (data transfers, which
   // MPI only progresses while it is called).
   std::chrono::microseconds spin{200};
