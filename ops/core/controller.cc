@@ -44,7 +44,10 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   // Step 2: bits for cached entries, full requests for the rest.
   const int world = control_->size();
   const size_t rank_words = (world + 63) / 64;
-  std::vector<uint64_t> words(2 * width + 1 + rank_words, 0);
+  // Layout: [ready bits | ~set bits | ~flags | ~leaving ranks | ~out-of-place bits].
+  const size_t oop_offset = 2 * width + 1 + rank_words;
+  std::vector<uint64_t> words(oop_offset + width, 0);
+  std::vector<uint64_t> out_of_place(width, 0);
   std::vector<Request> uncached;
   for (auto& [name, entry] : pending_) {
     if (announced_.count(name)) continue;
@@ -52,6 +55,7 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
     if (slot >= 0 && cache_.Matches(slot, entry.request)) {
       SetBit(words, 0, slot);
       SetBit(words, width, slot);
+      if (entry.request.out_of_place) SetBit(out_of_place, 0, slot);
     } else {
       uncached.push_back(entry.request);
       announced_[name] = true;
@@ -69,12 +73,16 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   std::vector<uint64_t> leaving(rank_words, 0);
   if (shutdown_requested) leaving[control_->rank() / 64] |= uint64_t{1} << (control_->rank() % 64);
   for (size_t i = 0; i < rank_words; ++i) words[2 * width + 1 + i] = ~leaving[i];
+  for (size_t i = 0; i < width; ++i) words[oop_offset + i] = ~out_of_place[i];
 
   // Step 3: one allreduce.
   KERASHVD_RETURN_IF_ERROR(control_->AllreduceBitwiseAnd(words.data(), static_cast<int>(words.size())));
   std::vector<uint64_t> ready(words.begin(), words.begin() + width);
   std::vector<uint64_t> any(width);
-  for (size_t i = 0; i < width; ++i) any[i] = ~words[width + i];
+  for (size_t i = 0; i < width; ++i) {
+    any[i] = ~words[width + i];
+    out_of_place[i] = ~words[oop_offset + i];  // now: set on any rank
+  }
   flags = ~words[2 * width];
   const auto now = Clock::now();
   if (flags & kShutdown) {
@@ -116,6 +124,7 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
     if (!set_everywhere || !set_somewhere) continue;
     Response r;
     r.request = cache_.Get(s);
+    r.request.out_of_place = (out_of_place[s / 64] >> (s % 64)) & 1;
     r.any_joined = false;
     work.push_back(std::move(r));
   }

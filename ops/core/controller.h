@@ -10,10 +10,12 @@
 //   2. For each pending entry not yet announced: if the response cache holds its name with the
 //      same signature, set its slot's bit; otherwise queue its Request for full negotiation
 //      and mark it announced. A rank inside join() sets every slot's bit.
-//   3. One bitwise-AND allreduce of [bits | ~bits | ~flags]: yields, identically everywhere,
-//      the slots set on every rank (AND), the slots set on any rank (OR, by De Morgan), and
-//      the OR of the flags (someone has uncached requests / wants shutdown / rank 0 has
-//      evictions or a stall error to broadcast).
+//   3. One bitwise-AND allreduce of [bits | ~bits | ~flags | ~leaving | ~out-of-place bits]:
+//      yields, identically everywhere, the slots set on every rank (AND), the slots set on
+//      any rank (OR, by De Morgan), the OR of the flags (someone has uncached requests / wants
+//      shutdown / rank 0 has evictions or a stall error to broadcast), which ranks are leaving,
+//      and the slots that some rank reduces out of place (Request::out_of_place; for full
+//      negotiation the coordinator ORs the requests' flags instead).
 //   4. Only if a flag asks for it: gather the queued Requests to rank 0, whose Coordinator
 //      decides, and broadcast its ResponseList. In steady state (every name cached) step 3 is
 //      the whole negotiation: one small allreduce per cycle.

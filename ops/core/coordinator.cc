@@ -82,8 +82,10 @@ Response Coordinator::DecideOne(const std::string& name, const Pending& pending)
       break;
     }
   response.request = pending.by_rank[first];
-  for (int r = 0; r < size_; ++r)
+  for (int r = 0; r < size_; ++r) {
     if (joined_[r] && !pending.submitted[r]) response.any_joined = true;
+    if (pending.submitted[r] && pending.by_rank[r].out_of_place) response.request.out_of_place = true;
+  }
 
   for (int r = first + 1; r < size_; ++r) {
     if (!pending.submitted[r]) continue;

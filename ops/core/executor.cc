@@ -117,7 +117,10 @@ Status Executor::Execute(std::vector<WorkItem*>& group, CollectiveResult* result
 
 Status Executor::Allreduce(std::vector<WorkItem*>& group) {
   const Request& sig = group.front()->response.request;
-  const ReduceOptions options{sig.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : sig.reduce_op};
+  ReduceOptions options;
+  options.op = sig.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : sig.reduce_op;
+  // Agreed flag of a lone tensor; a rank without the entry (joined) reduces zeros in place.
+  options.any_out_of_place = group.size() == 1 && sig.shapes.size() == 1 && sig.out_of_place;
 
   // Fast path: one tensor in its own dtype, reduced from its input into its output.
   if (group.size() == 1 && sig.shapes.size() == 1 && !IsHalf(sig.dtype) && group[0]->entry) {

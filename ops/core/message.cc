@@ -17,17 +17,20 @@ void PutRequest(WireWriter& w, const Request& r) {
   w.Put<double>(r.prescale);
   w.Put<double>(r.postscale);
   w.Put<int32_t>(r.device);
+  w.Put<uint8_t>(r.out_of_place ? 1 : 0);
   w.Put<uint64_t>(r.shapes.size());
   for (const Shape& s : r.shapes) w.PutInts(s);
 }
 
 bool GetRequest(WireReader& rd, Request* r) {
-  uint8_t op, red, dt;
+  uint8_t op, red, dt, out_of_place;
   uint64_t n;
   if (!rd.Get(&r->rank) || !rd.GetString(&r->name) || !rd.Get(&op) || !rd.Get(&red) ||
       !rd.Get(&dt) || !rd.Get(&r->root_rank) || !rd.Get(&r->prescale) ||
-      !rd.Get(&r->postscale) || !rd.Get(&r->device) || !rd.Get(&n) || n > (1u << 24))
+      !rd.Get(&r->postscale) || !rd.Get(&r->device) || !rd.Get(&out_of_place) ||
+      !rd.Get(&n) || n > (1u << 24))
     return false;
+  r->out_of_place = out_of_place != 0;
   r->op_type = static_cast<OpType>(op);
   r->reduce_op = static_cast<ReduceOp>(red);
   r->dtype = static_cast<DataType>(dt);

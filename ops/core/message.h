@@ -25,6 +25,10 @@ struct Request {
   double postscale = 1.0;
   int32_t device = -1;       // -1: host memory; otherwise a GPU ordinal
   std::vector<Shape> shapes; // one per tensor; grouped collectives carry several
+  // Not part of the signature (ranks may differ): a single-tensor allreduce that reads its
+  // input from a buffer other than its output. In a Response it is the OR over the ranks,
+  // which lets the backend choose an algorithm suited to out-of-place calls (ReduceOptions).
+  bool out_of_place = false;
 
   // Allgather and alltoall let the first dimension differ between ranks and calls; it is then
   // not part of what the ranks must agree on.

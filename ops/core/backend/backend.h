@@ -17,6 +17,9 @@ namespace kerashvd {
 
 struct ReduceOptions {
   ReduceOp op = ReduceOp::kSum;  // kSum, kMin, kMax or kProduct
+  // Agreed by all ranks: some rank's call is out of place (send != recv). A backend may use
+  // it to choose its algorithm; whether this rank's own call is in place is send == recv.
+  bool any_out_of_place = false;
 };
 
 struct BroadcastOptions {

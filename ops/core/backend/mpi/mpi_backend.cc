@@ -1,5 +1,7 @@
 #include "mpi_backend.h"
 
+#include <cstring>
+
 #include "mpi_wait.h"
 
 namespace kerashvd {
@@ -35,23 +37,59 @@ Status MpiBackend::Allreduce(const void* send, void* recv, int64_t count, DataTy
                              const ReduceOptions& options) {
   KERASHVD_RETURN_IF_ERROR(CheckReducible(dtype));
   if (count == 0) return Status::Ok();
-  // Out of place, MPICH first copies `send` into `recv` and then reduces in place: at 16 MiB
-  // on 2 ranks that copy makes the call ~6.3 ms instead of ~4 ms. Whether a rank runs in place
-  // is its own business (MPI_IN_PLACE may differ between ranks), so it is not negotiated.
-  // Measured, not used yet: MPI_Ireduce_scatter from `send` into this rank's block of `recv`
-  // plus an in-place MPI_Iallgatherv beats an out-of-place MPI_Iallreduce (16 MiB: 2 ranks
-  // 5.3 vs 6.3 ms, 3 ranks 12 vs 21 ms) but loses to an in-place one; choosing it needs every
-  // rank to agree, i.e. an "all ranks in place" bit in the negotiation.
-  const void* source = send == recv ? MPI_IN_PLACE : send;
+  const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
   if (huge_pages_) {
-    const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
     if (send != recv) huge_pages_->Advise(send, bytes);
     huge_pages_->Advise(recv, bytes);
   }
+  if (options.any_out_of_place && mpi_->size() > 1 && bytes >= kSplitMinBytes)
+    return SplitAllreduce(send, recv, count, dtype, options);
+  const void* source = send == recv ? MPI_IN_PLACE : send;
   MPI_Request request;
   return Finish(MPI_Iallreduce_c(source, recv, count, MpiDatatype(dtype), MpiOp(options.op),
                                  mpi_->comm(), &request),
                 &request, "MPI_Iallreduce");
+}
+
+// Out of place, MPICH's allreduce first copies `send` into `recv` and then reduces in place:
+// at 16 MiB on 2 ranks that copy makes the call ~6.3 ms instead of ~4 ms. A reduce-scatter
+// that reads `send` and writes each rank's block of the result straight into `recv`, then an
+// in-place allgather of the blocks, skips the copy (16 MiB measured with raw MPI: 2 ranks 5.3
+// vs 6.3 ms, 3 ranks 12 vs 21 ms) but loses to an in-place allreduce (2 ranks 5.0 vs 4.0 ms).
+// So it is used only when some rank runs out of place, which the ranks agree on during
+// negotiation (ReduceOptions::any_out_of_place): every rank then makes the same two calls.
+// A rank that runs in place reduces its own buffer, finds its block at the front (the MPI
+// standard's in-place reduce-scatter; MPICH also leaves it at its own offset) and moves it to
+// its offset before the allgather. Each block is
+// reduced once, on one rank, and copied to all, so every rank gets the same bits.
+Status MpiBackend::SplitAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
+                                  const ReduceOptions& options) {
+  const int size = mpi_->size(), rank = mpi_->rank();
+  const int64_t width = DataTypeSize(dtype);
+  std::vector<MPI_Count> counts(size);
+  std::vector<MPI_Aint> displs(size, 0);
+  for (int r = 0; r < size; ++r) {
+    counts[r] = count / size + (r < count % size ? 1 : 0);
+    if (r > 0) displs[r] = displs[r - 1] + counts[r - 1];
+  }
+  char* out = static_cast<char*>(recv);
+  char* mine = out + displs[rank] * width;
+  MPI_Request request;
+  if (send == recv) {
+    KERASHVD_RETURN_IF_ERROR(Finish(MPI_Ireduce_scatter_c(MPI_IN_PLACE, recv, counts.data(),
+                                                          MpiDatatype(dtype), MpiOp(options.op),
+                                                          mpi_->comm(), &request),
+                                    &request, "MPI_Ireduce_scatter"));
+    if (rank > 0 && counts[rank] > 0) std::memmove(mine, out, counts[rank] * width);
+  } else {
+    KERASHVD_RETURN_IF_ERROR(Finish(MPI_Ireduce_scatter_c(send, mine, counts.data(),
+                                                          MpiDatatype(dtype), MpiOp(options.op),
+                                                          mpi_->comm(), &request),
+                                    &request, "MPI_Ireduce_scatter"));
+  }
+  return Finish(MPI_Iallgatherv_c(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, counts.data(),
+                                  displs.data(), MpiDatatype(dtype), mpi_->comm(), &request),
+                &request, "MPI_Iallgatherv");
 }
 
 Status MpiBackend::Allgatherv(const void* send, void* recv, const std::vector<int64_t>& recv_bytes) {

@@ -18,6 +18,8 @@ class MpiBackend : public Backend {
   const char* name() const override { return "MPI"; }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                    const ReduceOptions& options) override;
+  // Smallest allreduce (bytes) that SplitAllreduce takes when some rank is out of place.
+  static constexpr int64_t kSplitMinBytes = int64_t{1} << 20;
   Status Allgatherv(const void* send, void* recv, const std::vector<int64_t>& recv_bytes) override;
   Status Broadcast(void* buffer, int64_t bytes, const BroadcastOptions& options) override;
   Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
@@ -28,6 +30,8 @@ class MpiBackend : public Backend {
   Status AlltoallInt64(const int64_t* send, int64_t* recv) override;
 
  private:
+  Status SplitAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
+                        const ReduceOptions& options);
   Status Finish(int rc, MPI_Request* request, const char* what);
   const MpiContext* mpi_;
   const AbortFlag* abort_;
