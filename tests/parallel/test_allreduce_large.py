@@ -1,10 +1,11 @@
 """Large single-tensor allreduces, whose algorithm depends on where each rank's output lives.
 
-A tensor of 1 MiB or more that some rank reduces out of place (its output is not its input's
-buffer) goes through a reduce-scatter plus an in-place allgather instead of one allreduce
-(MpiBackend::SplitAllreduce). The ranks agree on that choice during negotiation, so ranks that
-run in place must take the same path. These tests mix the two kinds of rank, and a joined
-rank, at every world size, with counts that no world size divides.
+On 2 ranks, a tensor of 1 MiB or more that some rank reduces out of place (its output is not
+its input's buffer) goes through a reduce-scatter plus an in-place allgather instead of one
+allreduce (MpiBackend::SplitAllreduce). The ranks agree on that choice during negotiation, so
+ranks that run in place must take the same path. These tests mix the two kinds of rank, and a
+joined rank, at every world size, with counts that no world size divides; and check that the
+bits never depend on the path (alone or fused, in place or not).
 """
 
 import numpy as np
@@ -72,3 +73,24 @@ def test_large_allreduce_with_a_joined_rank(hvd):
     expected = reduce_reference(active, "float32", "Sum", len(active))
     assert_matches(got.numpy(), expected, "float32", "Sum", key)
     hvd.join()
+
+
+def test_large_allreduce_bits_do_not_depend_on_placement_or_fusion(hvd):
+    """Reduced alone (out of place or in place) or fused with another tensor: the same bits.
+
+    This is what lets num_groups/groups leave results unchanged, and keeps results independent
+    of whether TF reused a buffer.
+    """
+    rng = np.random.default_rng(7 + hvd.rank())
+    x = rng.standard_normal(COUNT).astype(np.float32)
+    other = rng.standard_normal(1000).astype(np.float32)
+    alone_out = hvd.allreduce(tf.constant(x), op=hvd.Sum, name="allreduce.large.path.out")
+    # t + z with z = 0 passed in: an exact copy that graph optimization cannot remove, and a
+    # fresh buffer the op may reduce in place.
+    in_place = tf.function(lambda t, z: hvd.allreduce(t + z, op=hvd.Sum, name="allreduce.large.path.in"))
+    alone_in = in_place(tf.constant(x), tf.zeros([COUNT]))
+    fused = hvd.grouped_allreduce([tf.constant(other), tf.constant(x)], op=hvd.Sum,
+                                  name="allreduce.large.path.fused")[1]
+    bits = [t.numpy().view(np.uint32) for t in (alone_out, alone_in, fused)]
+    assert np.array_equal(bits[0], bits[2]), "alone, out of place, differs from fused"
+    assert np.array_equal(bits[1], bits[2]), "alone, in place, differs from fused"

@@ -18,7 +18,7 @@ class MpiBackend : public Backend {
   const char* name() const override { return "MPI"; }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                    const ReduceOptions& options) override;
-  // Smallest allreduce (bytes) that SplitAllreduce takes when some rank is out of place.
+  // Smallest allreduce (bytes) that SplitAllreduce takes on 2 ranks when one is out of place.
   static constexpr int64_t kSplitMinBytes = int64_t{1} << 20;
   Status Allgatherv(const void* send, void* recv, const std::vector<int64_t>& recv_bytes) override;
   Status Broadcast(void* buffer, int64_t bytes, const BroadcastOptions& options) override;
