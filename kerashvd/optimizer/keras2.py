@@ -36,7 +36,7 @@ from tf_keras.mixed_precision import LossScaleOptimizer
 from ..compression import Compression
 from ..reduce_ops import Average
 from .aggregation import LocalAggregator
-from .reduction import GradientReducer, check_not_xla
+from .reduction import GradientReducer, ReducerSettings, check_not_xla
 from .loss_scale_order import wrapped_by_loss_scaling
 from .wrapper_config import wrapper_arguments, wrapper_config
 
@@ -56,7 +56,7 @@ def _is_keras3_optimizer(optimizer):
 
 
 @tf_keras.saving.register_keras_serializable(package="kerashvd", name="DistributedOptimizerKeras2")
-class DistributedOptimizer(tf_keras.optimizers.Optimizer):
+class DistributedOptimizer(ReducerSettings, tf_keras.optimizers.Optimizer):
     """Averages gradients over all ranks, then applies them with the wrapped tf_keras optimizer.
 
     Args: as the Keras 3 ``kerashvd.optimizer.keras3.DistributedOptimizer``; ``optimizer`` is a
@@ -116,14 +116,6 @@ class DistributedOptimizer(tf_keras.optimizers.Optimizer):
             LocalAggregator(backward_passes_per_step, average_aggregated_gradients)
             if backward_passes_per_step > 1 else None)
         self._order_checked = False
-
-    # -- configuration, read back from the reducer ---------------------------------------
-    compression = property(lambda self: self._reducer.compression)
-    sparse_as_dense = property(lambda self: self._reducer.sparse_as_dense)
-    op = property(lambda self: self._reducer.op)
-    gradient_predivide_factor = property(lambda self: self._reducer.gradient_predivide_factor)
-    num_groups = property(lambda self: self._reducer.num_groups)
-    groups = property(lambda self: self._reducer.groups)
 
     @property
     def inner_optimizer(self):

@@ -29,7 +29,7 @@ from keras.optimizers import LossScaleOptimizer
 from ..compression import Compression
 from ..reduce_ops import Average
 from .aggregation import LocalAggregator
-from .reduction import GradientReducer, check_not_xla
+from .reduction import GradientReducer, ReducerSettings, check_not_xla
 from .loss_scale_order import wrapped_by_loss_scaling
 from .wrapper_config import wrapper_arguments, wrapper_config
 
@@ -49,7 +49,7 @@ def _accumulation_steps(optimizer):
 
 
 @keras.saving.register_keras_serializable(package="kerashvd", name="DistributedOptimizer")
-class DistributedOptimizer(_KerasOptimizer):
+class DistributedOptimizer(ReducerSettings, _KerasOptimizer):
     """An optimizer that averages gradients over all ranks before applying them.
 
     Wraps a Keras 3 optimizer (or, given a ``tf_keras`` optimizer, returns the Keras 2 adapter
@@ -152,14 +152,6 @@ class DistributedOptimizer(_KerasOptimizer):
         self._aggregator = (LocalAggregator(backward_passes_per_step, average_aggregated_gradients)
                             if backward_passes_per_step > 1 else None)
         self._order_checked = False
-
-    # -- configuration, read back from the reducer ---------------------------------------
-    compression = property(lambda self: self._reducer.compression)
-    sparse_as_dense = property(lambda self: self._reducer.sparse_as_dense)
-    op = property(lambda self: self._reducer.op)
-    gradient_predivide_factor = property(lambda self: self._reducer.gradient_predivide_factor)
-    num_groups = property(lambda self: self._reducer.num_groups)
-    groups = property(lambda self: self._reducer.groups)
 
     # -- the optimizer protocol -----------------------------------------------------------
     def build(self, var_list):

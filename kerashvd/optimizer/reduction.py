@@ -36,6 +36,18 @@ def _is_variable_list(group):
                                                     for v in group)
 
 
+class ReducerSettings:
+    """The reduction settings of a wrapper that holds a GradientReducer as ``self._reducer``,
+    read back under Horovod's argument names (shared by both Keras versions' optimizers)."""
+
+    compression = property(lambda self: self._reducer.compression)
+    sparse_as_dense = property(lambda self: self._reducer.sparse_as_dense)
+    op = property(lambda self: self._reducer.op)
+    gradient_predivide_factor = property(lambda self: self._reducer.gradient_predivide_factor)
+    num_groups = property(lambda self: self._reducer.num_groups)
+    groups = property(lambda self: self._reducer.groups)
+
+
 class GradientReducer:
     """Reduces a list of gradients across ranks (see the module docstring for the protocol).
 
