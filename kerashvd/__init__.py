@@ -88,6 +88,7 @@ _LAZY = {
     "run": ".launcher.run_fn",
     "DistributedOptimizer": ".optimizer",
     "DistributedGradientTape": ".tape",
+    "SyncBatchNormalization": ".sync_batch_norm",
     "load_model": ".saving",
     "data": ".data",
     "callbacks": ".callbacks",
