@@ -50,16 +50,24 @@ from .reduce_ops import Average, Max, Min, Product, Sum  # noqa: E402
 from .runtime import (  # noqa: E402
     NotInitializedError,
     build_info,
+    ccl_built,
     cross_rank,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    is_homogeneous,
     cross_size,
     init,
     is_initialized,
     local_rank,
     local_size,
     mpi_built,
+    mpi_enabled,
     mpi_threads_supported,
     nccl_built,
     rank,
+    rocm_built,
     shutdown,
     size,
 )
@@ -96,8 +104,10 @@ _LAZY = {
 
 __all__ = sorted([
     "Average", "Max", "Min", "Product", "Sum", "NotInitializedError", "build_info",
-    "cross_rank", "cross_size", "init", "is_initialized", "local_rank", "local_size",
-    "mpi_built", "mpi_threads_supported", "nccl_built", "rank", "shutdown", "size",
+    "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built",
+    "gloo_enabled", "init", "is_homogeneous", "is_initialized", "local_rank", "local_size",
+    "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank", "rocm_built",
+    "shutdown", "size",
     *_LAZY,
 ])
 

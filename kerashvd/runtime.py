@@ -105,6 +105,17 @@ def mpi_threads_supported():
     return _topology(_core.mpi_threads_supported)
 
 
+def is_homogeneous():
+    """Returns whether every host runs the same number of ranks (the same on every rank)."""
+    return _topology(_core.is_homogeneous)
+
+
+def mpi_enabled():
+    """Returns whether MPI is in use: True once :func:`init` has run (MPI is kerashvd's only
+    control plane; Horovod's Gloo alternative does not exist here)."""
+    return is_initialized()
+
+
 def mpi_built():
     """Returns True: this kerashvd has the MPI backend (CPU tensors, control plane)."""
     return bool(_build_info.MPI_BUILT)
@@ -113,6 +124,28 @@ def mpi_built():
 def nccl_built():
     """Returns whether this kerashvd was built with the NCCL backend for GPU tensors."""
     return bool(_build_info.NCCL_BUILT)
+
+
+def cuda_built():
+    """Returns whether this kerashvd was built with CUDA (for its NCCL backend)."""
+    return bool(_build_info.CUDA_VERSION)
+
+
+def _not_built(name, what):
+    def query():
+        return False
+
+    query.__name__ = name
+    query.__doc__ = (f"Returns False: kerashvd has no {what}. Horovod has this query; it is "
+                     f"here so that scripts written for Horovod run unchanged.")
+    return query
+
+
+gloo_built = _not_built("gloo_built", "Gloo controller (MPI is its only control plane)")
+gloo_enabled = _not_built("gloo_enabled", "Gloo controller (MPI is its only control plane)")
+rocm_built = _not_built("rocm_built", "ROCm backend")
+ccl_built = _not_built("ccl_built", "oneCCL backend")
+ddl_built = _not_built("ddl_built", "IBM DDL backend")
 
 
 def build_info():

@@ -69,6 +69,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("local_size", [] { return Engine()->mpi().local_size(); });
   m.def("cross_rank", [] { return Engine()->mpi().cross_rank(); });
   m.def("cross_size", [] { return Engine()->mpi().cross_size(); });
+  m.def("is_homogeneous", [] { return Engine()->mpi().homogeneous(); });
   m.def("mpi_threads_supported", [] { return Engine()->mpi().threads_supported(); });
 #ifdef KERASHVD_WITH_NCCL
   m.attr("NCCL_BUILT") = true;

@@ -10,5 +10,6 @@ def test_topology_is_consistent(hvd):
     assert 0 <= hvd.local_rank() < hvd.local_size() <= hvd.size()
     assert hvd.local_size() * hvd.cross_size() == hvd.size()  # one host in these tests
     assert hvd.is_initialized()
-    assert hvd.mpi_built()
+    assert hvd.mpi_built() and hvd.mpi_enabled()
+    assert hvd.is_homogeneous()  # one host; uneven hosts: tests/test_topology.py
     assert hvd.allgather_object(hvd.rank()) == list(range(hvd.size()))

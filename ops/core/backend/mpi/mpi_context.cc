@@ -92,6 +92,11 @@ Status MpiContext::Create(std::unique_ptr<MpiContext>* out) {
   MPI_Comm_size(cross, &ctx->cross_size_);
   MPI_Comm_free(&local);
   MPI_Comm_free(&cross);
+  // Largest and smallest local size in one allreduce: MAX of (size, -size).
+  int local_sizes[2] = {ctx->local_size_, -ctx->local_size_};
+  KERASHVD_RETURN_IF_ERROR(MpiStatus(
+      MPI_Allreduce(MPI_IN_PLACE, local_sizes, 2, MPI_INT, MPI_MAX, ctx->comm_), "MPI_Allreduce"));
+  ctx->homogeneous_ = local_sizes[0] == -local_sizes[1];
   *out = std::move(ctx);
   return Status::Ok();
 }

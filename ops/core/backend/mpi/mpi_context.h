@@ -29,6 +29,8 @@ class MpiContext {
   int local_size() const { return local_size_; }
   int cross_rank() const { return cross_rank_; }
   int cross_size() const { return cross_size_; }
+  // Whether every host runs the same number of ranks (the same answer on every rank).
+  bool homogeneous() const { return homogeneous_; }
   bool threads_supported() const { return thread_level_ == MPI_THREAD_MULTIPLE; }
 
  private:
@@ -36,6 +38,7 @@ class MpiContext {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
   int thread_level_ = MPI_THREAD_SINGLE;
+  bool homogeneous_ = true;
 };
 
 // After a peer failure MPI cannot be used again in this process: no finalize at exit (it would
