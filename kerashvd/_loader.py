@@ -57,6 +57,10 @@ def load_tf_ops():
     from . import _core
 
     check_tf_version(tf.__version__)
+    if _core.is_initialized():
+        from . import tf_threads
+
+        tf_threads.apply(_core.local_size())
     # Beside _core, which is also where an editable install keeps the compiled files.
     path = os.path.join(os.path.dirname(_core.__file__), "libkerashvd_tf_ops.so")
     try:

@@ -9,10 +9,10 @@ import dataclasses
 import math
 import os
 
-from . import _core
+from . import _core, tf_threads
 
 # Variables kerashvd reads or sets itself besides the engine settings.
-_OTHER_VARIABLES = set()
+_OTHER_VARIABLES = {tf_threads.VARIABLE}
 # String settings: variable -> init() keyword.
 _PATH_SETTINGS = {"KERASHVD_TIMELINE": "timeline"}
 
@@ -76,6 +76,7 @@ def build_config(overrides):
         raise ValueError(
             f"Unknown kerashvd setting(s) in the environment: {', '.join(unknown)}. "
             f"Known: {', '.join(sorted(known))}.")
+    tf_threads.spinning_setting()  # raises for a bad value
     bad = sorted(set(overrides) - set(SETTINGS) - set(_PATH_SETTINGS.values()))
     if bad:
         raise ValueError(f"init() got unknown setting(s) {bad}; known: {sorted(SETTINGS)}")

@@ -2,7 +2,7 @@
 
 import atexit
 
-from . import _build_info, _core
+from . import _build_info, _core, tf_threads
 from .config import build_config
 
 
@@ -21,7 +21,9 @@ def init(**settings):
     """Starts kerashvd in this process: MPI, and the engine's background thread.
 
     Works under ``kerashvdrun``, ``mpiexec``, ``srun`` and as a single process under plain
-    ``python`` (size 1). Calling it again while running is a no-op.
+    ``python`` (size 1). Calling it again while running is a no-op. With several ranks on
+    this host it also stops TensorFlow's idle threads from spinning, if TensorFlow has run no
+    op yet (``KERASHVD_TF_THREAD_SPINNING``, see ``kerashvd.tf_threads``).
 
     Args:
         **settings: engine settings overriding their ``KERASHVD_*`` variables:
@@ -46,6 +48,8 @@ def init(**settings):
                 f"init(). Call kerashvd.shutdown() first to change them. Received: {settings}")
         return
     _core.init(build_config(settings))
+    # Several ranks per host: TensorFlow's idle threads must not spin (see tf_threads).
+    tf_threads.apply(_core.local_size())
 
 
 def shutdown():

@@ -170,7 +170,8 @@ def test_bad_values_of_known_settings_make_init_raise():
             ("KERASHVD_STALL_SHUTDOWN_TIME", "-2"), ("KERASHVD_PEER_TIMEOUT", "-1"),
             ("KERASHVD_CYCLE_TIME", "nan"), ("KERASHVD_STALL_CHECK_TIME", "inf"),
             ("KERASHVD_FUSION_THRESHOLD", "-inf"), ("KERASHVD_HUGE_PAGES", "-1"),
-            ("KERASHVD_HUGE_PAGES", "yes"),
+            ("KERASHVD_HUGE_PAGES", "yes"), ("KERASHVD_TF_THREAD_SPINNING", "yes"),
+            ("KERASHVD_TF_THREAD_SPINNING", "2"),
         ]
         for variable, value in bad_variables:
             os.environ[variable] = value
