@@ -29,10 +29,11 @@ from .join import JoinCallback, agree_steps_per_epoch
 from .learning_rate_schedule import LearningRateScheduleCallback
 from .learning_rate_warmup import LearningRateWarmupCallback
 from .metric_average import MetricAverageCallback
-from .model_checkpoint import ModelCheckpoint
+from .model_checkpoint import BestModelCheckpoint, ModelCheckpoint
 from .progress import verbose
 
 __all__ = [
+    "BestModelCheckpoint",
     "BroadcastGlobalVariablesCallback",
     "Checkpoint",
     "DistributedValidationCallback",

@@ -66,10 +66,11 @@ class ModelCheckpoint(Callback):
         initial_value_threshold: the best value so far (e.g. ``Checkpoint.best`` on resume);
             a model must beat it to be saved with ``save_best_only``.
         verbose: when > 0, rank 0 prints a line per save.
+        save_freq: ``"epoch"``, the only frequency (accepted for Keras compatibility).
 
     Raises:
-        ValueError: for a bad ``filepath`` suffix or ``mode``, or a ``monitor`` whose direction
-            ``mode="auto"`` cannot infer.
+        ValueError: for a bad ``filepath`` suffix, ``mode`` or ``save_freq``, or a ``monitor``
+            whose direction ``mode="auto"`` cannot infer.
 
     Example:
 
@@ -81,8 +82,14 @@ class ModelCheckpoint(Callback):
     """
 
     def __init__(self, filepath, monitor="val_loss", mode="auto", save_best_only=False,
-                 save_weights_only=False, initial_value_threshold=None, verbose=0):
+                 save_weights_only=False, initial_value_threshold=None, verbose=0,
+                 save_freq="epoch"):
         super().__init__()
+        if save_freq != "epoch":
+            raise ValueError(
+                "kerashvd's ModelCheckpoint saves at the end of epochs only (its resume record "
+                "counts epochs): pass save_freq='epoch', or use shorter epochs "
+                f"(fit(steps_per_epoch=...)). Received: save_freq={save_freq!r}")
         filepath = os.fspath(filepath)
         suffixes = _SUFFIXES[bool(save_weights_only)]
         if not filepath.endswith(suffixes):
@@ -131,6 +138,31 @@ class ModelCheckpoint(Callback):
         if self.best is None:
             return True
         return value < self.best if self.mode == "min" else value > self.best
+
+
+class BestModelCheckpoint(ModelCheckpoint):
+    """Saves the model each time ``monitor`` improves: Horovod's name for
+    ``ModelCheckpoint(..., save_best_only=True)``, with the same rank-0, atomic saving.
+
+    Args:
+        filepath: where to save (see :class:`ModelCheckpoint`).
+        monitor: the log key to improve, ``"val_loss"`` by default.
+        verbose: when > 0, rank 0 prints a line per save.
+        mode: ``"min"``, ``"max"`` or ``"auto"``.
+        save_freq: ``"epoch"``.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> model.fit(x, y, validation_data=(x_val, y_val), epochs=5, callbacks=[
+    ...     hvd.callbacks.MetricAverageCallback(),
+    ...     hvd.callbacks.BestModelCheckpoint("ckpt/best.keras", monitor="val_loss"),
+    ... ])  # doctest: +SKIP
+    """
+
+    def __init__(self, filepath, monitor="val_loss", verbose=0, mode="auto", save_freq="epoch"):
+        super().__init__(filepath, monitor=monitor, mode=mode, save_best_only=True,
+                         verbose=verbose, save_freq=save_freq)
 
 
 def _infer_mode(monitor):

@@ -8,6 +8,7 @@ from kerashvd.keras_compat import keras, optimizer_built
 
 pytestmark = pytest.mark.keras
 CALLBACKS_API = [
+    "BestModelCheckpoint",
     "BroadcastGlobalVariablesCallback",
     "Checkpoint",
     "DistributedValidationCallback",

@@ -138,7 +138,21 @@ def test_save_best_only_and_argument_checks(hvd, tmp_path):
     assert hvd.callbacks.ModelCheckpoint(path, monitor="val_auc", save_best_only=True).mode == "max"
     with pytest.raises(ValueError, match=r"\.weights\.h5"):
         hvd.callbacks.ModelCheckpoint(path, save_weights_only=True)
+    with pytest.raises(ValueError, match="save_freq=100"):
+        hvd.callbacks.ModelCheckpoint(path, save_freq=100)
     assert hvd.callbacks.latest_checkpoint(str(tmp_path / "missing"), broadcast=False) is None
+
+
+def test_best_model_checkpoint_saves_on_improvement_only(hvd, tmp_path):
+    model = _model(seed=4)
+    callback = hvd.callbacks.BestModelCheckpoint(str(tmp_path / "best-{epoch}.keras"),
+                                                 monitor="val_accuracy")
+    assert (callback.save_best_only, callback.mode) == (True, "max")
+    callback.set_model(model)
+    for epoch, accuracy in enumerate([0.5, 0.4, 0.7, 0.7]):
+        callback.on_epoch_end(epoch, {"val_accuracy": accuracy})
+    saved = sorted(p.name for p in tmp_path.glob("best-*.keras"))
+    assert saved == (["best-1.keras", "best-3.keras"] if hvd.rank() == 0 else [])
 
 
 class _StateAtStart(keras.callbacks.Callback):
