@@ -32,7 +32,8 @@ SETTINGS = {
         "bytes of tensors fused into one collective (default 128 MiB)"),
     "cycle_time_ms": _Setting(
         "KERASHVD_CYCLE_TIME", "cycle_time_ms", 1, 0.01,
-        "longest idle sleep of the background thread, in milliseconds (default 1)"),
+        "sleep of the background thread between negotiation cycles while nothing is pending "
+        "on this rank, in milliseconds (default 50; a submission wakes it at once)"),
     "cache_capacity": _Setting(
         "KERASHVD_CACHE_CAPACITY", "cache_capacity", 1, 0,
         "negotiated signatures remembered (default 1024; 0 disables the response cache)"),

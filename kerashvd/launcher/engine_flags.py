@@ -29,8 +29,9 @@ ENGINE_FLAGS = (
                "MiB of tensors fused into one collective (default 128; 0 disables fusion). "
                "Sets KERASHVD_FUSION_THRESHOLD, in bytes."),
     EngineFlag("--cycle-time-ms", "KERASHVD_CYCLE_TIME", float, 0.01, 1,
-               "longest idle sleep of the engine's background thread, in ms (default 1). "
-               "Sets KERASHVD_CYCLE_TIME."),
+               "sleep of the engine's background thread between negotiation cycles while "
+               "nothing is pending on this rank, in ms (default 50; a submission wakes it at "
+               "once). Sets KERASHVD_CYCLE_TIME."),
     EngineFlag("--cache-capacity", "KERASHVD_CACHE_CAPACITY", int, 0, 1,
                "negotiated tensor signatures remembered (default 1024; 0 disables the response "
                "cache). Sets KERASHVD_CACHE_CAPACITY."),

@@ -10,9 +10,10 @@ namespace kerashvd {
 struct Config {
   // Tensors ready in the same cycle are packed into one buffer up to this many bytes.
   int64_t fusion_threshold_bytes = 128LL * 1024 * 1024;
-  // Longest time the background thread sleeps when it has nothing to do. A submitted tensor
-  // wakes it at once, so this bounds idle latency, not the latency of a collective.
-  double cycle_time_ms = 1.0;
+  // Time the background thread sleeps between negotiation cycles while nothing is pending on
+  // this rank (engine.h). A submitted tensor wakes it at once, so this never delays a
+  // collective; it bounds how soon stalls and a peer's shutdown are noticed.
+  double cycle_time_ms = 50.0;
   // Number of distinct tensor signatures remembered by the response cache; 0 disables it.
   int64_t cache_capacity = 1024;
   // A collective submitted by some ranks but not all for this long is reported (0: never).

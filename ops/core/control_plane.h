@@ -18,11 +18,16 @@ namespace kerashvd {
 // Waits up to the given time while peers are late; returns true when local work arrived,
 // so the wait should go back to polling eagerly (the peers are likely close behind).
 using Idler = std::function<bool(std::chrono::microseconds)>;
+// Whether local work waits on the current negotiation. A wait that nothing here depends on
+// (an idle rank answering its peers) must not disturb this rank's computation: it neither
+// spins nor polls often (see MpiControlPlane).
+using Urgency = std::function<bool()>;
 
 class ControlPlane {
  public:
   virtual ~ControlPlane() = default;
   void set_idler(Idler idler) { idler_ = std::move(idler); }
+  void set_urgency(Urgency urgency) { urgency_ = std::move(urgency); }
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // In place bitwise AND of `count` words across all ranks.
@@ -34,6 +39,7 @@ class ControlPlane {
 
  protected:
   Idler idler_;
+  Urgency urgency_;
 };
 
 }  // namespace kerashvd

@@ -24,8 +24,10 @@ Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
     if (e->pending_work_) nap = std::min(nap, kPendingNap);
     if (!e->queue_.WaitForSubmissionAfter(e->seen_submissions_, nap)) return false;
     e->seen_submissions_ = e->queue_.submissions();
+    e->pending_work_ = true;  // taken by the next cycle, which this one now holds up
     return true;
   });
+  engine->control_->set_urgency([e = engine.get()] { return e->pending_work_; });
   engine->controller_ = std::make_unique<Controller>(engine->control_.get(), config);
   engine->executor_ = std::make_unique<Executor>(engine->cpu_backend_.get(), &engine->host_memory_,
                                                  &engine->timeline_, engine->mpi_->rank(),
@@ -113,7 +115,7 @@ void Engine::OnPeerFailure(int rank, const std::string& what) {
 
 void Engine::Loop() {
   const auto idle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
-  const auto max_idle = std::max<std::chrono::microseconds>(idle, kMaxIdleWait);
+  const auto pending_wait = std::min<std::chrono::microseconds>(idle, kPendingNap);
   auto wait = idle;
   while (true) {
     queue_.WaitForWork(wait);
@@ -121,7 +123,7 @@ void Engine::Loop() {
     seen_submissions_ = queue_.submissions();
     CycleResult cycle;
     std::deque<TensorEntry> incoming = queue_.TakeAll();
-    pending_work_ = !incoming.empty() || controller_->has_pending();
+    pending_work_ = !incoming.empty() || controller_->has_pending() || controller_->joined();
     Status status = controller_->RunCycle(std::move(incoming), shutdown_requested_, &cycle);
     if (!status.ok()) return Stop(status);
     if (cycle.shutdown) {
@@ -134,7 +136,11 @@ void Engine::Loop() {
       return Stop(Status::Aborted(msg.str()));
     }
     if (!cycle.fatal_error.empty()) return Stop(Status::Aborted(cycle.fatal_error));
-    wait = cycle.quiet ? std::min(wait * 2, max_idle) : idle;
+    // With work of its own still waiting for peers, meet them again almost at once: the cycle
+    // that finds everything ready then starts within ~kPendingNap of the last submission.
+    // Otherwise back off, whatever the other ranks have pending: they can only be waiting for
+    // a submission of this rank, and that wakes the loop at once.
+    wait = controller_->has_pending() || controller_->joined() ? pending_wait : idle;
 
     const auto executed = Timeline::Clock::now();
     int64_t bytes = 0;

@@ -8,6 +8,11 @@ Status MpiControlPlane::Wait(MPI_Request* request, const char* what) {
   WaitPolicy policy;
   policy.timeout_seconds = timeout_seconds_;
   policy.idler = &idler_;
+  if (urgency_ && !urgency_()) {
+    policy.spin = std::chrono::microseconds(0);
+    policy.first_nap = kRelaxedFirstNap;
+    policy.max_nap = kRelaxedMaxNap;
+  }
   return MpiWait(request, what, abort_, policy, rank());
 }
 

@@ -12,7 +12,7 @@ Status MpiWait(MPI_Request* request, const char* what, const AbortFlag* abort,
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto spin_from = start;
-  auto nap = std::chrono::microseconds(10);
+  auto nap = policy.first_nap;
   for (uint64_t polls = 0;; ++polls) {
     int flag = 0;
     int rc = MPI_Test(request, &flag, MPI_STATUS_IGNORE);
@@ -49,7 +49,7 @@ Status MpiWait(MPI_Request* request, const char* what, const AbortFlag* abort,
       spin_from = Clock::now();
       nap = std::chrono::microseconds(10);
     } else {
-      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+      nap = std::min(nap * 2, policy.max_nap);
     }
   }
 }

@@ -14,10 +14,13 @@
 namespace kerashvd {
 
 struct WaitPolicy {
-  // Spin this long (yielding the core between polls) before napping; naps grow from 10 us to 1 ms and end early through the
-  // idler when local work arrives. A negative value means never nap (data transfers, which
-  // MPI only progresses while it is called).
+  // Spin this long (yielding the core between polls) before napping; naps grow from first_nap
+  // to max_nap and end early through the idler when local work arrives (the next naps then
+  // start again from 10 us). A negative spin means never nap (data transfers, which MPI only
+  // progresses while it is called).
   std::chrono::microseconds spin{200};
+  std::chrono::microseconds first_nap{10};
+  std::chrono::microseconds max_nap{1000};
   double timeout_seconds = 0;   // 0: no timeout
   const Idler* idler = nullptr;
 };
