@@ -25,6 +25,10 @@ class BroadcastGlobalVariablesCallback(Callback):
 
     Args:
         root_rank: the rank whose state wins (default 0, the rank that restores checkpoints).
+        device: accepted for Horovod compatibility; unused.
+        local_variables: a variable or a list of variables each rank keeps (e.g. the weights
+            of the ``local_layers`` of a ``PartialDistributedOptimizer``); they are not
+            broadcast. Optimizer slots are broadcast all the same (they start at zero).
 
     Example:
 
@@ -34,18 +38,34 @@ class BroadcastGlobalVariablesCallback(Callback):
     ...           verbose=hvd.callbacks.verbose(1))  # doctest: +SKIP
     """
 
-    def __init__(self, root_rank=0):
+    def __init__(self, root_rank=0, device="", local_variables=None):
         super().__init__()
         if isinstance(root_rank, bool) or not isinstance(root_rank, int) or root_rank < 0:
             raise ValueError(f"root_rank must be a non-negative int; received root_rank={root_rank!r}")
         self.root_rank = root_rank
+        self.device = device
+        self.local_variables = _variable_list(local_variables)
 
     def on_train_begin(self, logs=None):
         broadcast_model_state(self.model, root_rank=self.root_rank,
-                              name="callbacks.broadcast_global_variables")
+                              name="callbacks.broadcast_global_variables",
+                              local_variables=self.local_variables)
 
 
-def broadcast_model_state(model, root_rank=0, name="callbacks.broadcast_model_state"):
+def _variable_list(variables):
+    if variables is None:
+        return []
+    if hasattr(variables, "shape") and hasattr(variables, "assign"):
+        return [variables]
+    if isinstance(variables, (list, tuple)) and all(
+            hasattr(v, "shape") and hasattr(v, "assign") for v in variables):
+        return list(variables)
+    raise ValueError("local_variables must be a variable or a list of variables (e.g. "
+                     f"layer.trainable_weights); received local_variables={variables!r}")
+
+
+def broadcast_model_state(model, root_rank=0, name="callbacks.broadcast_model_state",
+                          local_variables=None):
     """Assigns ``root_rank``'s model and optimizer variables on every rank.
 
     The function behind :class:`BroadcastGlobalVariablesCallback`, for custom training loops.
@@ -57,6 +77,7 @@ def broadcast_model_state(model, root_rank=0, name="callbacks.broadcast_model_st
         model: a built Keras model (its ``optimizer``, if any, is included).
         root_rank: the rank whose values win.
         name: the prefix of the collectives' names.
+        local_variables: variables to leave out (each rank keeps its own values).
 
     Example:
 
@@ -70,4 +91,6 @@ def broadcast_model_state(model, root_rank=0, name="callbacks.broadcast_model_st
     if optimizer is not None:
         build_optimizer(optimizer, model.trainable_variables)
         variables += optimizer_variables(optimizer)
+    local = {id(v) for v in _variable_list(local_variables)}
+    variables = [v for v in variables if id(v) not in local]
     hvd.broadcast_variables(variables, root_rank=root_rank, name=name)

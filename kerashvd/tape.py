@@ -28,6 +28,8 @@ class DistributedGradientTape:
         name: prefix of the collectives' names (kerashvd extension; default
             ``"DistributedGradientTape"``). Tapes whose ``gradient()`` calls run at the same
             time need distinct names.
+        scale_local_gradients: divide the gradients of sources registered with
+            :meth:`register_local_source` by ``size()`` (default True, as in Horovod).
 
     Raises:
         ValueError: for an invalid argument. ``gradient()`` raises ValueError inside an
@@ -48,14 +50,23 @@ class DistributedGradientTape:
 
     def __init__(self, tape, device_dense="", device_sparse="", compression=Compression.none,
                  sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                 groups=None, name=None):
+                 groups=None, name=None, scale_local_gradients=True):
         if not isinstance(tape, tf.GradientTape):
             raise TypeError("DistributedGradientTape wraps a tf.GradientTape; received "
                             f"{type(tape).__name__}")
         self._tape = tape
         self._reducer = GradientReducer(name or "DistributedGradientTape", compression,
                                         sparse_as_dense, op, gradient_predivide_factor,
-                                        num_groups, groups)
+                                        num_groups, groups, scale_local_gradients)
+
+    def register_local_source(self, source):
+        """Keeps ``source``'s gradient on this rank: ``gradient()`` returns it unreduced.
+
+        Divided by ``size()`` when ``scale_local_gradients`` (default). Every rank must
+        register the same sources. ``kerashvd.PartialDistributedGradientTape(tape,
+        local_layers=[...])`` registers whole layers.
+        """
+        self._reducer.register_local(source)
 
     @tf.autograph.experimental.do_not_convert
     def gradient(self, target, sources, output_gradients=None,

@@ -56,6 +56,7 @@ def test_collectives_before_init_raise_not_initialized():
             "broadcast_object": lambda: hvd.broadcast_object(1),
             "allgather_object": lambda: hvd.allgather_object(1),
             "traced allreduce": lambda: tf.function(lambda x: hvd.allreduce(x))(tf.ones([2])),
+            "rank_op": hvd.rank_op, "size_op": hvd.size_op,
         }
         for what, call in calls.items():
             try:
@@ -73,6 +74,12 @@ def test_collectives_before_init_raise_not_initialized():
             assert "not been initialized" in str(err), err
         else:
             raise AssertionError("raw op before init did not fail")
+        try:  # a topology op traced before init fails when it runs
+            tf.function(lambda: hvd.local_rank_op())()
+        except tf.errors.FailedPreconditionError as err:
+            assert "kerashvd.init()" in str(err), err
+        else:
+            raise AssertionError("traced local_rank_op before init did not fail")
         assert not hvd.is_initialized()
         print("DONE")
     """)

@@ -41,3 +41,22 @@ def _topology(np, cliques, out_dir):
 ], ids=["one_host", "uneven_hosts", "two_even_hosts"])
 def test_topology_over_simulated_hosts(np, cliques, expected, tmp_path):
     assert _topology(np, cliques, tmp_path) == expected
+
+
+_OPS_SCRIPT = ("import json, os, sys, tensorflow as tf, kerashvd as hvd; hvd.init(); "
+               "names = ['rank', 'size', 'local_rank', 'local_size', 'cross_rank', 'cross_size']; "
+               "ops = tf.function(lambda: [getattr(hvd, n + '_op')() for n in names])(); "
+               "json.dump([[int(v) for v in ops], [getattr(hvd, n)() for n in names]], "
+               "open(os.path.join(sys.argv[1], str(hvd.rank())), 'w'))")
+
+
+def test_topology_ops_match_the_queries_over_simulated_hosts(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", MPIR_CVAR_ODD_EVEN_CLIQUES="1")
+    out = subprocess.run([mpiexec_path(), "-n", "3", sys.executable, "-c", _OPS_SCRIPT,
+                          str(tmp_path)], env=env, cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for r in range(3):
+        ops, queries = json.loads((tmp_path / str(r)).read_text())
+        assert ops == queries, (r, ops, queries)
+        assert queries[:4] == [r, 3, [0, 0, 1][r], [2, 1, 2][r]]  # the hosts are really uneven

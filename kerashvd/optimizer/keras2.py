@@ -85,7 +85,7 @@ class DistributedOptimizer(ReducerSettings, tf_keras.optimizers.Optimizer):
     def __init__(self, optimizer, name=None, device_dense="", device_sparse="",
                  compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                 num_groups=0, groups=None):
+                 num_groups=0, groups=None, scale_local_gradients=True):
         if isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
             raise TypeError(
                 "kerashvd.DistributedOptimizer does not wrap tf_keras' legacy optimizers "
@@ -111,7 +111,8 @@ class DistributedOptimizer(ReducerSettings, tf_keras.optimizers.Optimizer):
         self.backward_passes_per_step = backward_passes_per_step
         self.average_aggregated_gradients = bool(average_aggregated_gradients)
         self._reducer = self._no_dependency(GradientReducer(
-            name, compression, sparse_as_dense, op, gradient_predivide_factor, num_groups, groups))
+            name, compression, sparse_as_dense, op, gradient_predivide_factor, num_groups, groups,
+            scale_local_gradients))
         self._aggregator = self._no_dependency(
             LocalAggregator(backward_passes_per_step, average_aggregated_gradients)
             if backward_passes_per_step > 1 else None)

@@ -81,6 +81,8 @@ class DistributedOptimizer(ReducerSettings, _KerasOptimizer):
             group and dtype. Default 0: one collective per dtype.
         groups: an int (as ``num_groups``) or a list of lists of variables, each list one
             group; variables in no list form a group each. Not serialized by ``get_config``.
+        scale_local_gradients: divide the gradients of variables registered with
+            :meth:`register_local_var` by ``size()`` (default True, as in Horovod).
 
     Raises:
         TypeError: when ``optimizer`` is not a Keras optimizer.
@@ -117,7 +119,7 @@ class DistributedOptimizer(ReducerSettings, _KerasOptimizer):
     def __init__(self, optimizer, name=None, device_dense="", device_sparse="",
                  compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                 num_groups=0, groups=None):
+                 num_groups=0, groups=None, scale_local_gradients=True):
         if not isinstance(optimizer, _KerasOptimizer):
             raise TypeError("DistributedOptimizer wraps a keras.optimizers.Optimizer (Keras 3) "
                             "or a tf_keras.optimizers.Optimizer (Keras 2); received "
@@ -148,7 +150,8 @@ class DistributedOptimizer(ReducerSettings, _KerasOptimizer):
         self.backward_passes_per_step = backward_passes_per_step
         self.average_aggregated_gradients = bool(average_aggregated_gradients)
         self._reducer = GradientReducer(name, compression, sparse_as_dense, op,
-                                        gradient_predivide_factor, num_groups, groups)
+                                        gradient_predivide_factor, num_groups, groups,
+                                        scale_local_gradients)
         self._aggregator = (LocalAggregator(backward_passes_per_step, average_aggregated_gradients)
                             if backward_passes_per_step > 1 else None)
         self._order_checked = False

@@ -17,6 +17,14 @@ TF graph names:
      not listed is a group of its own (Horovod's rule).
 4. Scaling follows Horovod: ``op=Average`` with ``gradient_predivide_factor=f`` sums
    ``g / f`` and multiplies the sum by ``f / size``; ``f == 1`` uses the engine's Average.
+5. Gradients of variables registered as local (:meth:`GradientReducer.register_local`, for
+   layers each rank keeps to itself) issue no collective and are left out of steps 2-3, so
+   the others group as if they were absent. With ``scale_local_gradients`` (the default, as
+   in Horovod) they are divided by ``size()``: the learning rate of data-parallel training
+   is usually scaled up by ``size()`` for the averaged gradients, and the local ones then
+   take steps of the size they would take in one process. Every rank must register the
+   same variables (positions), or the groups' shapes differ and the collective fails with
+   an error naming them.
 
 Grouping changes how tensors are batched on the wire, never the arithmetic: the engine sums
 every element in rank order whatever its group, so all groupings give bit-identical results.
@@ -46,6 +54,18 @@ class ReducerSettings:
     gradient_predivide_factor = property(lambda self: self._reducer.gradient_predivide_factor)
     num_groups = property(lambda self: self._reducer.num_groups)
     groups = property(lambda self: self._reducer.groups)
+    scale_local_gradients = property(lambda self: self._reducer.scale_local_gradients)
+
+    def register_local_var(self, var):
+        """Keeps ``var``'s gradient on this rank: it is applied without any collective.
+
+        For layers each rank keeps to itself (model parallelism, per-rank heads). With
+        ``scale_local_gradients`` (default) the local gradient is divided by ``size()``.
+        Every rank must register the same variables, before the first step.
+        ``kerashvd.PartialDistributedOptimizer(opt, local_layers=[...])`` registers whole
+        layers.
+        """
+        self._reducer.register_local(var)
 
 
 class GradientReducer:
@@ -60,6 +80,7 @@ class GradientReducer:
             ``size() / factor`` after it.
         num_groups: cut dense gradients into this many groups (0: one group).
         groups: an int (same as ``num_groups``) or a list of lists of variables.
+        scale_local_gradients: divide the gradients of local variables by ``size()``.
 
     Raises:
         ValueError: for an unsupported ``op``, a bad factor, bad or conflicting groups.
@@ -67,7 +88,8 @@ class GradientReducer:
     """
 
     def __init__(self, prefix, compression=Compression.none, sparse_as_dense=False, op=Average,
-                 gradient_predivide_factor=1.0, num_groups=0, groups=None):
+                 gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                 scale_local_gradients=True):
         if op not in (Average, Sum):
             raise ValueError("Distributed gradients support op=kerashvd.Average or "
                              f"op=kerashvd.Sum; received op={op_name(op)}")
@@ -117,6 +139,39 @@ class GradientReducer:
         self.gradient_predivide_factor = factor
         self.num_groups = num_groups
         self.groups = groups
+        self.scale_local_gradients = bool(scale_local_gradients)
+        self._local = {}  # id(variable) -> variable (held, so that the id is not reused)
+
+    def register_local(self, variable):
+        """Marks ``variable`` as local: its gradient is never communicated (see rule 5).
+
+        Register before the first step that is traced: a traced step keeps the collectives
+        it was traced with.
+
+        Raises:
+            TypeError: when ``variable`` is neither a variable nor a tensor.
+        """
+        if not (hasattr(variable, "shape") and hasattr(variable, "dtype")):
+            raise TypeError("register_local_var/register_local_source takes a variable (e.g. "
+                            "one of layer.trainable_weights) or a watched tensor; received "
+                            f"{variable!r} of type {type(variable).__name__}")
+        self._local[id(variable)] = variable
+
+    @property
+    def local_variables(self):
+        """The variables registered as local, in registration order."""
+        return list(self._local.values())
+
+    def _is_local(self, variables, index):
+        return (bool(self._local) and variables is not None and index < len(variables)
+                and id(variables[index]) in self._local)
+
+    def _scale_local(self, grad):
+        if not self.scale_local_gradients or size() == 1:
+            return grad
+        if isinstance(grad, tf.IndexedSlices):
+            return tf.IndexedSlices(grad.values / size(), grad.indices, grad.dense_shape)
+        return grad / size()
 
     @tf.autograph.experimental.do_not_convert
     def reduce(self, grads, variables=None):
@@ -136,7 +191,9 @@ class GradientReducer:
         for index, g in enumerate(grads):
             if g is None:
                 continue
-            if isinstance(g, tf.IndexedSlices) and not self.sparse_as_dense:
+            if self._is_local(variables, index):
+                out[index] = self._scale_local(g)
+            elif isinstance(g, tf.IndexedSlices) and not self.sparse_as_dense:
                 out[index] = self._reduce_sparse(g, index)
             elif g.shape.num_elements() == 0:
                 out[index] = g  # nothing to reduce (and the engine rejects 0-element tensors)

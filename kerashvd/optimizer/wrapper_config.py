@@ -1,7 +1,8 @@
 """The wrapper's own arguments in ``get_config``/``from_config``, shared by both Keras versions.
 
 A serialized ``DistributedOptimizer`` is these plain values plus the inner optimizer, which
-each Keras serializes its own way (``keras3.py``, ``keras2.py``).
+each Keras serializes its own way (``keras3.py``, ``keras2.py``). Variable lists (``groups``
+of variables, variables registered as local) are not serialized: register them again.
 """
 
 from ..compression import Compression
@@ -29,6 +30,7 @@ def wrapper_config(optimizer):
         "gradient_predivide_factor": optimizer.gradient_predivide_factor,
         "average_aggregated_gradients": optimizer.average_aggregated_gradients,
         "num_groups": optimizer.num_groups,
+        "scale_local_gradients": optimizer.scale_local_gradients,
     }
 
 

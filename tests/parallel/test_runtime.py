@@ -17,3 +17,26 @@ def test_topology_is_consistent(hvd):
     assert not any(q() for q in (hvd.gloo_built, hvd.gloo_enabled, hvd.rocm_built,
                                  hvd.ccl_built, hvd.ddl_built))
     assert hvd.allgather_object(hvd.rank()) == list(range(hvd.size()))
+
+
+def test_topology_ops_read_the_engine_when_they_run(hvd):
+    import tensorflow as tf
+
+    names = ["rank", "size", "local_rank", "local_size", "cross_rank", "cross_size"]
+
+    @tf.function
+    def traced():
+        return [getattr(hvd, name + "_op")() for name in names]
+
+    for values in (traced(), [getattr(hvd, name + "_op")() for name in names]):
+        for name, value in zip(names, values):
+            assert value.dtype == tf.int32 and value.shape == ()
+            assert int(value) == getattr(hvd, name)(), name
+    # Stateful: not folded into a constant by TF's graph optimizations.
+    graph = traced.get_concrete_function().graph.as_graph_def()
+    assert sum(node.op == "KerashvdTopology" for node in graph.node) == len(names)
+    assert int(hvd.size_op(process_set_id=0)) == hvd.size()
+    import pytest
+
+    with pytest.raises(ValueError, match="process_set_id"):
+        hvd.size_op(process_set_id=1)

@@ -29,13 +29,15 @@ def test_get_config_round_trip(hvd):
                                    compression=hvd.Compression.fp16, sparse_as_dense=True,
                                    backward_passes_per_step=3, op=hvd.Average,
                                    gradient_predivide_factor=2.0,
-                                   average_aggregated_gradients=True, num_groups=2)
+                                   average_aggregated_gradients=True, num_groups=2,
+                                   scale_local_gradients=False)
     config = opt.get_config()
     for again in (hvd.DistributedOptimizer.from_config(config),
                   keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(opt))):
         assert type(again) is hvd.DistributedOptimizer
         assert again.get_config() == config
         assert again.compression is hvd.Compression.fp16
+        assert again.scale_local_gradients is False
         assert isinstance(again.inner_optimizer, keras.optimizers.Adam)
         assert again.inner_optimizer.beta_1 == 0.8
         assert float(again.learning_rate) == pytest.approx(0.01)

@@ -1,0 +1,65 @@
+"""Horovod's ``rank_op``, ``size_op`` and friends: the topology as int32 tensors.
+
+``kerashvd.rank()`` called while a ``tf.function`` is traced puts a constant in the graph; these
+ops read the running engine each time the graph runs, so a traced function or an exported
+SavedModel (loaded where kerashvd's ops are available) sees the job it runs in. Eagerly they
+return a scalar tensor at once. Before ``kerashvd.init()`` an eager call raises
+``kerashvd.NotInitializedError``, and a traced one, when it runs,
+``tf.errors.FailedPreconditionError``; both say to call ``init()``.
+"""
+
+import tensorflow as tf
+
+from ._ops import OPS
+from .runtime import _require_init
+
+__all__ = ["rank_op", "size_op", "local_rank_op", "local_size_op", "cross_rank_op",
+           "cross_size_op"]
+
+
+def _topology(what, name):
+    if tf.executing_eagerly():
+        _require_init()
+    return OPS.kerashvd_topology(what=what, name=name)
+
+
+def _check_process_set(process_set_id):
+    if process_set_id != 0:
+        raise ValueError("kerashvd has one process set, the global one (id 0); received "
+                         f"process_set_id={process_set_id!r}")
+
+
+def rank_op(name=None):
+    """This process's rank, as an int32 scalar tensor."""
+    return _topology("rank", name)
+
+
+def size_op(process_set_id=0, name=None):
+    """The number of processes, as an int32 scalar tensor.
+
+    Raises:
+        ValueError: for a ``process_set_id`` other than 0 (the global set, the only one).
+    """
+    _check_process_set(process_set_id)
+    return _topology("size", name)
+
+
+def local_rank_op(name=None):
+    """This process's rank on its host, as an int32 scalar tensor."""
+    return _topology("local_rank", name)
+
+
+def local_size_op(name=None):
+    """The number of processes on this host, as an int32 scalar tensor."""
+    return _topology("local_size", name)
+
+
+def cross_rank_op(name=None):
+    """The index of this host among the hosts, as an int32 scalar tensor."""
+    return _topology("cross_rank", name)
+
+
+def cross_size_op(name=None):
+    """The number of hosts, as an int32 scalar tensor."""
+    return _topology("cross_size", name)
+
