@@ -177,6 +177,39 @@ def test_kerashvdrun_uses_hosts_and_slurm_allocation(monkeypatch, capsys):
     assert "-launcher slurm -rmk slurm -n 4 " in capsys.readouterr().err
 
 
+def test_kerashvdrun_hostfile_and_mpi_args(monkeypatch, tmp_path, capsys):
+    from kerashvd.launcher import cli
+
+    monkeypatch.setenv("SLURM_JOB_ID", "42")  # a host file wins over the allocation, as -H does
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# two nodes\nnode1 slots=4\n\nnode2:2   # the small one\nnode3\n")
+    assert cli.main(["-np", "7", "-hostfile", str(hostfile), "--mpi-args=-bind-to core:2",
+                     "--dry-run", "python", "x.py"]) == 0
+    command = capsys.readouterr().err
+    assert "-hosts node1:4,node2:2,node3:1 -bind-to core:2 -n 7 " in command
+    assert "-launcher slurm" not in command
+
+    def error(args):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(args + ["python", "x.py"])
+        assert exit_info.value.code == 2
+        return capsys.readouterr().err
+
+    assert "provides only 7. Add hosts or slots to --hostfile" in error(
+        ["-np", "8", "--hostfile", str(hostfile)])
+    assert "not allowed with argument" in error(
+        ["-np", "2", "-H", "a:2", "--hostfile", str(hostfile)])
+    hostfile.write_text("node1 slots=4\nnode2 slots=x\n")
+    assert f"received 'node2:x' in {hostfile}:2" in error(["-np", "2", "--hostfile", str(hostfile)])
+    hostfile.write_text("node1 cpus=4\n")
+    assert f"received 'node1 cpus=4' at {hostfile}:1" in error(["-np", "2", "--hostfile", str(hostfile)])
+    hostfile.write_text("# nothing\n")
+    assert "lists no host" in error(["-np", "2", "--hostfile", str(hostfile)])
+    assert "Cannot read the host file" in error(["-np", "2", "--hostfile", str(tmp_path / "none")])
+    assert "--mpi-args '-genv \"A': No closing quotation" in error(
+        ["-np", "2", "--mpi-args", '-genv "A'])
+
+
 # ---------------------------------------------------------------------------- kerashvd.run
 
 

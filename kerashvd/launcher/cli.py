@@ -16,7 +16,7 @@ import sys
 from . import command as _command
 from .engine_flags import add_engine_flags, engine_environment
 from .errors import LaunchError
-from .hosts import check_slots, is_local, parse_hosts
+from .hosts import check_slots, is_local, parse_hostfile, parse_hosts
 from .job import run_job
 from .mpiexec import find_mpiexec
 from .reports import ReportServer
@@ -58,11 +58,16 @@ def build_parser():
     parser.add_argument(
         "-np", "--num-proc", dest="np", type=_positive_int, metavar="NP",
         help="number of processes (ranks) to start; under SLURM defaults to SLURM_NTASKS")
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "-H", "--hosts", metavar="HOST:SLOTS[,HOST:SLOTS...]",
         help="hosts to run on and how many processes each may run (':SLOTS' defaults to 1), "
              "e.g. node1:4,node2:4; passed to hydra as -hosts. Default: this machine, or the "
              "SLURM allocation")
+    where.add_argument(
+        "-hostfile", "--hostfile", metavar="PATH",
+        help="a file of hosts instead of -H: one per line, as 'node1 slots=4' (Horovod's and "
+             "Open MPI's form), 'node1:4' or 'node1'; '#' starts a comment")
     parser.add_argument(
         "-x", dest="variables", action="append", default=[], metavar="NAME[=VALUE]",
         help="set environment variable NAME in every rank, to VALUE or to its value in "
@@ -76,6 +81,10 @@ def build_parser():
     parser.add_argument(
         "--dry-run", action="store_true",
         help="print the mpiexec command and exit without running it")
+    parser.add_argument(
+        "--mpi-args", metavar="'ARGS'", default="",
+        help="extra options for hydra's mpiexec, as one quoted string placed before -n, e.g. "
+             "--mpi-args='-bind-to core' (see mpiexec -help)")
     add_engine_flags(parser.add_argument_group(
         "engine settings (become KERASHVD_* variables in every rank, read by kerashvd.init())"))
     parser.add_argument(
@@ -107,7 +116,7 @@ def _plan(parser, args):
         parser.error("no command given: say what every rank runs, e.g. "
                      "kerashvdrun -np 2 python train.py")
     args.command = command
-    slurm = bool(os.environ.get("SLURM_JOB_ID")) and not args.hosts
+    slurm = bool(os.environ.get("SLURM_JOB_ID")) and not args.hosts and not args.hostfile
     np = args.np
     if np is None and slurm:
         ntasks = os.environ.get("SLURM_NTASKS") or os.environ.get("SLURM_NPROCS")
@@ -116,12 +125,19 @@ def _plan(parser, args):
     if np is None:
         parser.error("-np is required: give the number of processes, e.g. -np 2")
     hosts = None
-    if args.hosts is not None:
-        try:
+    try:
+        if args.hosts is not None:
             hosts = parse_hosts(args.hosts)
             check_slots(hosts, np)
-        except ValueError as err:
-            parser.error(str(err))
+        elif args.hostfile is not None:
+            hosts = parse_hostfile(args.hostfile)
+            check_slots(hosts, np, flag="--hostfile")
+    except ValueError as err:
+        parser.error(str(err))
+    try:
+        args.mpi_args = shlex.split(args.mpi_args)
+    except ValueError as err:  # e.g. "No closing quotation"
+        parser.error(f"--mpi-args {args.mpi_args!r}: {err}")
     return np, hosts, slurm
 
 
@@ -160,7 +176,7 @@ def main(argv=None):
         argv = _command.mpiexec_command(
             mpiexec, np, args.command, env=env, hosts=hosts, slurm=slurm,
             report_address=server.address, token=server.token,
-            prefix_output=args.prefix_output)
+            prefix_output=args.prefix_output, mpi_args=args.mpi_args)
         if args.verbose or args.dry_run:
             print(f"kerashvdrun: {shlex.join(argv)}", file=sys.stderr, flush=True)
         if args.dry_run:

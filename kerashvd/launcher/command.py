@@ -13,7 +13,8 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
 
 
 def mpiexec_command(mpiexec, np, rank_command, *, env=None, hosts=None, slurm=False,
-                    report_address=None, token=None, prefix_output=False, python=None):
+                    report_address=None, token=None, prefix_output=False, python=None,
+                    mpi_args=()):
     """Returns the argv that starts ``rank_command`` on ``np`` supervised ranks.
 
     Args:
@@ -29,6 +30,7 @@ def mpiexec_command(mpiexec, np, rank_command, *, env=None, hosts=None, slurm=Fa
         token: the report server's token (required with ``report_address``).
         prefix_output: prefix every output line of a rank with ``[rank] ``.
         python: interpreter that runs the supervisor (default: this one).
+        mpi_args: extra hydra options, placed before ``-n``.
 
     Returns:
         A list of strings for ``subprocess``.
@@ -43,6 +45,7 @@ def mpiexec_command(mpiexec, np, rank_command, *, env=None, hosts=None, slurm=Fa
         argv += ["-launcher", "slurm", "-rmk", "slurm"]
     if hosts:
         argv += ["-hosts", ",".join(str(h) for h in hosts)]
+    argv += list(mpi_args)
     argv += ["-n", str(np)]
     for name, value in (env or {}).items():
         argv += ["-genv", name, str(value)]

@@ -1,4 +1,5 @@
-"""The ``-H host1:n1,host2:n2`` host list: parsing, slot counting, and "is it all this machine"."""
+"""Host lists (``-H host1:n1,host2:n2`` or ``--hostfile``): parsing, slot counting, and "is it
+all this machine"."""
 
 import dataclasses
 import re
@@ -42,30 +43,73 @@ def parse_hosts(text):
     entries = [e.strip() for e in (text or "").split(",")]
     if not text or not text.strip() or any(not e for e in entries):
         raise ValueError(f"{example}; received an empty entry in -H {text!r}.")
+    return _checked([(entry, f"-H {text!r}") for entry in entries], example)
+
+
+def parse_hostfile(path):
+    """Reads a host file: one host a line, ``name slots=N`` (Horovod's and Open MPI's form),
+    ``name:N`` or ``name`` (1 slot); ``#`` starts a comment, blank lines are skipped.
+
+    Returns:
+        A non-empty list of :class:`Host`, in file order.
+
+    Raises:
+        ValueError: for an unreadable or empty file, or a bad line (the message names the
+            file and the line number).
+
+    Example: a file holding the lines ``node1 slots=4`` and ``node2:2`` gives
+    ``[Host(name='node1', slots=4), Host(name='node2', slots=2)]``.
+    """
+    example = "Expected one host per line, as 'node1 slots=4', 'node1:4' or 'node1'"
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError as err:
+        raise ValueError(f"Cannot read the host file {path!r}: {err.strerror}.") from None
+    entries = []
+    for number, line in enumerate(lines, 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) == 2 and parts[1].startswith("slots="):
+            line = f"{parts[0]}:{parts[1][len('slots='):]}"
+        elif len(parts) != 1:
+            raise ValueError(f"{example}; received {line!r} at {path}:{number}.")
+        entries.append((line, f"{path}:{number}"))
+    if not entries:
+        raise ValueError(f"The host file {path!r} lists no host. {example}.")
+    return _checked(entries, example)
+
+
+def _checked(entries, example):
+    """[(entry "name[:slots]", where it came from)] -> [Host], each checked."""
     hosts, seen = [], set()
-    for entry in entries:
+    for entry, where in entries:
         name, sep, slots_text = entry.partition(":")
         if not _NAME.match(name):
-            raise ValueError(f"{example}; received the host name {name!r} in -H {text!r}.")
+            raise ValueError(f"{example}; received the host name {name!r} in {where}.")
         if sep:
             if not slots_text.isdigit() or int(slots_text) < 1:
                 raise ValueError(
-                    f"{example}; the slot count after ':' must be a positive integer, "
-                    f"received {entry!r} in -H {text!r}.")
+                    f"{example}; the slot count must be a positive integer, "
+                    f"received {entry!r} in {where}.")
             slots = int(slots_text)
         else:
             slots = 1
         if name in seen:
             raise ValueError(
-                f"Host {name!r} appears twice in -H {text!r}; give it once with the sum of its "
+                f"Host {name!r} appears twice in {where}; give it once with the sum of its "
                 "slots (e.g. 'node1:8').")
         seen.add(name)
         hosts.append(Host(name, slots))
     return hosts
 
 
-def check_slots(hosts, np):
+def check_slots(hosts, np, flag="-H"):
     """Raises ``ValueError`` unless ``hosts`` have at least ``np`` slots in total.
+
+    ``flag`` names where the hosts came from in the message (``-H`` or ``--hostfile``).
 
     Example:
 
@@ -75,8 +119,8 @@ def check_slots(hosts, np):
     if total < np:
         listed = ",".join(str(h) for h in hosts)
         raise ValueError(
-            f"-np {np} needs {np} slots, but -H {listed} provides only {total}. "
-            "Add hosts or slots to -H, or lower -np.")
+            f"-np {np} needs {np} slots, but {flag} {listed} provides only {total}. "
+            f"Add hosts or slots to {flag}, or lower -np.")
 
 
 def is_local(name):
