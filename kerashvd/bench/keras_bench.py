@@ -8,6 +8,14 @@ and prints images/second, the overhead of kerashvd at size 1 against plain Keras
 scaling efficiency (total images/second of N ranks over N times one rank's). The model is a
 small ResNet-style CNN on synthetic 32x32x3 data, batch 64 per rank, one intra-op thread per
 rank.
+
+Two baselines without kerashvd put the efficiency in context:
+  side    N plain Keras processes side by side, never communicating: what the machine's
+          cores, caches and memory bandwidth allow N processes at once;
+  sync    N plain Keras processes under mpiexec that meet in an MPI barrier (mpi4py, waited
+          for without spinning) after every step and exchange nothing: about what any
+          synchronous data-parallel training can reach here, since every step then lasts as
+          long as the slowest rank's.
 """
 
 import argparse
@@ -50,8 +58,12 @@ def worker(mode, batch, steps, warmup):
     tf.config.threading.set_inter_op_parallelism_threads(1)
     import keras
 
-    hvd = None
-    if mode != "plain":
+    hvd = comm = None
+    if mode == "sync":
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+    if mode == "hvd":
         import kerashvd as hvd
 
         hvd.init()
@@ -70,6 +82,10 @@ def worker(mode, batch, steps, warmup):
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_end(self, step, logs=None):
+            if comm is not None:  # wait without spinning (a blocking MPI call busy-polls)
+                request = comm.Ibarrier()
+                while not request.Test():
+                    time.sleep(50e-6)
             if step == warmup - 1:
                 self.start = time.perf_counter()
             self.end = time.perf_counter()
@@ -77,8 +93,9 @@ def worker(mode, batch, steps, warmup):
     clock = Clock()
     model.fit(dataset, steps_per_epoch=warmup + steps, epochs=1, verbose=0, callbacks=callbacks + [clock])
     rate = steps * batch / (clock.end - clock.start)
-    size = hvd.size() if hvd else 1
-    if hvd is None or hvd.rank() == 0:
+    size, rank = ((hvd.size(), hvd.rank()) if hvd else
+                  (comm.Get_size(), comm.Get_rank()) if comm else (1, 0))
+    if rank == 0:
         total = rate * size  # every rank processes its own batch each step
         print(json.dumps({"mode": mode, "ranks": size, "images_per_second": total}), flush=True)
 
@@ -109,7 +126,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=60, help="timed steps (default 60)")
     p.add_argument("--warmup", type=int, default=10, help="untimed first steps (default 10)")
     p.add_argument("--repeats", type=int, default=2, help="runs of each configuration; best kept")
-    p.add_argument("--worker", choices=["plain", "hvd"], help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=["plain", "hvd", "sync"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         worker(args.worker, args.batch, args.steps, args.warmup)
@@ -122,6 +139,7 @@ def main(argv=None):
         "plain": me + ["--worker", "plain"],
         "hvd1": me + ["--worker", "hvd"],
         f"hvd{args.np}": [mpiexec, "-n", str(args.np)] + me + ["--worker", "hvd"],
+        "sync": [mpiexec, "-n", str(args.np)] + me + ["--worker", "sync"],
     }
     # Same TensorFlow allocator for every configuration (kerashvd turns TF's pooling CPU
     # allocator on by default; plain Keras must get it too for a fair comparison).
@@ -146,7 +164,11 @@ def main(argv=None):
           f"{100 * many / (args.np * one):5.1f}%")
     print(f"plain Keras, {args.np} processes side by side, no communication: "
           f"{best['side']:9.1f} images/s = {100 * best['side'] / (args.np * plain):5.1f}% of "
-          f"{args.np}x one process (this machine's ceiling for the scaling efficiency)")
+          f"{args.np}x one process (the machine's own limit)")
+    print(f"plain Keras, {args.np} processes meeting in an MPI barrier after every step, no "
+          f"data exchanged: {best['sync']:9.1f} images/s = {100 * best['sync'] / (args.np * plain):5.1f}% "
+          f"of {args.np}x one process (synchronous training without its communication); kerashvd "
+          f"reaches {100 * many / best['sync']:5.1f}% of it")
     return 0
 
 
