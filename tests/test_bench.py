@@ -1,0 +1,31 @@
+"""The benchmarks run end to end (correctness of their output only; speed is not tested)."""
+
+import re
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def _run(args, timeout):
+    proc = subprocess.run([sys.executable, "-m", "kerashvd.bench", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    return proc.stdout
+
+
+def test_allreduce_bench_prints_its_table_with_nothing_wrong():
+    out = _run(["--sizes", "4K,1M", "--seconds", "0.05", "--repeats", "1"], timeout=600)
+    rows = [line.split() for line in out.splitlines() if re.match(r"^\s+\d+\s+\d+\s", line)]
+    assert [int(r[0]) for r in rows] == [4096, 1 << 20], out
+    assert all(r[5] == "0" for r in rows), out  # the #wrong column
+    assert out.count("(#wrong 0)") == 2, out  # the two 100-tensor steps
+    assert "single 4 KiB allreduce" in out and "chained 20 deep" in out, out
+
+
+def test_keras_bench_runs_every_configuration():
+    out = _run(["keras", "--steps", "2", "--warmup", "1", "--batch", "8", "--repeats", "1"],
+               timeout=900)
+    for label in ("plain Keras, 1 process", "kerashvd, 1 rank", "kerashvd, 2 ranks",
+                  "side by side", "meeting in an MPI barrier"):
+        assert re.search(re.escape(label) + r".*\d+\.\d images/s", out), (label, out)
