@@ -29,3 +29,5 @@ def test_keras_bench_runs_every_configuration():
     for label in ("plain Keras, 1 process", "kerashvd, 1 rank", "kerashvd, 2 ranks",
                   "side by side", "meeting in an MPI barrier"):
         assert re.search(re.escape(label) + r".*\d+\.\d images/s", out), (label, out)
+    for label in ("overhead at 1 rank", "scaling efficiency", "kerashvd / barrier-only"):
+        assert re.search(r"per round, " + re.escape(label) + r": -?\d+\.\d% \(median", out), out

@@ -16,11 +16,16 @@ Two baselines without kerashvd put the efficiency in context:
           for without spinning) after every step and exchange nothing: about what any
           synchronous data-parallel training can reach here, since every step then lasts as
           long as the slowest rank's.
+
+Each round runs every configuration once; the figures are the best of the rounds, and the
+ratios within each round (runs next to each other in time) are printed too, with their
+median, since this machine's speed drifts between rounds.
 """
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -125,7 +130,9 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=64, help="batch per rank (default 64)")
     p.add_argument("--steps", type=int, default=60, help="timed steps (default 60)")
     p.add_argument("--warmup", type=int, default=10, help="untimed first steps (default 10)")
-    p.add_argument("--repeats", type=int, default=2, help="runs of each configuration; best kept")
+    p.add_argument("--repeats", type=int, default=2,
+                   help="rounds of runs of every configuration; best kept, and the ratios "
+                        "within each round printed with their median")
     p.add_argument("--worker", choices=["plain", "hvd", "sync"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -144,15 +151,15 @@ def main(argv=None):
     # Same TensorFlow allocator for every configuration (kerashvd turns TF's pooling CPU
     # allocator on by default; plain Keras must get it too for a fair comparison).
     os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
-    best = {}
+    best, rounds = {}, []
     for _ in range(args.repeats):  # interleaved, so slow drift of the machine hits all alike
-        for name, cmd in configs.items():
-            rate = _run(cmd)["images_per_second"]
-            best[name] = max(best.get(name, 0.0), rate)
-        # The machine's own ceiling: N plain processes side by side, with no communication,
+        rates = {name: _run(cmd)["images_per_second"] for name, cmd in configs.items()}
+        # The machine's own limit: N plain processes side by side, with no communication,
         # compete only for cores, caches and memory bandwidth.
-        rate = _run_side_by_side(configs["plain"], args.np)
-        best["side"] = max(best.get("side", 0.0), rate)
+        rates["side"] = _run_side_by_side(configs["plain"], args.np)
+        rounds.append(rates)
+        for name, rate in rates.items():
+            best[name] = max(best.get(name, 0.0), rate)
     plain, one, many = best["plain"], best["hvd1"], best[f"hvd{args.np}"]
     print(f"# Keras ResNet-style CNN, 32x32x3, batch {args.batch}/rank, 1 intra-op thread/rank, "
           f"best of {args.repeats}")
@@ -169,6 +176,16 @@ def main(argv=None):
           f"data exchanged: {best['sync']:9.1f} images/s = {100 * best['sync'] / (args.np * plain):5.1f}% "
           f"of {args.np}x one process (synchronous training without its communication); kerashvd "
           f"reaches {100 * many / best['sync']:5.1f}% of it")
+    # The same ratios within each round, whose runs were next to each other in time: a
+    # machine whose speed drifts between rounds biases the best-of figures above, not these.
+    ratios = {
+        "overhead at 1 rank": [100 * (1 - r["hvd1"] / r["plain"]) for r in rounds],
+        "scaling efficiency": [100 * r[f"hvd{args.np}"] / (args.np * r["hvd1"]) for r in rounds],
+        "kerashvd / barrier-only": [100 * r[f"hvd{args.np}"] / r["sync"] for r in rounds],
+    }
+    for label, values in ratios.items():
+        print(f"per round, {label}: " + " / ".join(f"{v:.1f}%" for v in values)
+              + f" (median {statistics.median(values):.1f}%)")
     return 0
 
 
