@@ -11,10 +11,11 @@ void SetBit(std::vector<uint64_t>& words, size_t offset, int32_t slot) {
 
 }  // namespace
 
-Controller::Controller(ControlPlane* control, const Config& config)
-    : control_(control), config_(config), cache_(config.cache_capacity) {
+Controller::Controller(ControlPlane* control, const Config& config, std::vector<int> world_ranks)
+    : control_(control), config_(config), world_ranks_(std::move(world_ranks)),
+      cache_(config.cache_capacity) {
   if (control_->rank() == 0)
-    coordinator_ = std::make_unique<Coordinator>(control_->size(), config_, &cache_);
+    coordinator_ = std::make_unique<Coordinator>(control_->size(), config_, &cache_, world_ranks_);
 }
 
 void Controller::Intake(std::deque<TensorEntry>& incoming) {
@@ -24,7 +25,7 @@ void Controller::Intake(std::deque<TensorEntry>& incoming) {
     if (pending_.count(name)) {
       entry.done(Status::InvalidArgument(
                      "A collective named '" + name + "' is already in flight on rank " +
-                         std::to_string(control_->rank()) +
+                         std::to_string(world_ranks_[control_->rank()]) +
                          ". Concurrent collectives need distinct names: pass a unique name= "
                          "or wait for the first one to finish."),
                  CollectiveResult());

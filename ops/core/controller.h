@@ -62,7 +62,8 @@ struct CycleResult {
 
 class Controller {
  public:
-  Controller(ControlPlane* control, const Config& config);
+  // `world_ranks[r]`: how rank r of this communicator is named in messages (its world rank).
+  Controller(ControlPlane* control, const Config& config, std::vector<int> world_ranks);
   Status RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requested, CycleResult* out);
   // Entries still waiting on this rank, handed over so they can be failed at shutdown.
   std::vector<TensorEntry> TakePending();
@@ -76,6 +77,7 @@ class Controller {
 
   ControlPlane* control_;
   Config config_;
+  std::vector<int> world_ranks_;
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
   std::map<std::string, TensorEntry> pending_;

@@ -14,21 +14,15 @@ bool TestBit(const std::vector<uint64_t>& bits, int32_t slot) {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-std::string RankList(const std::vector<int>& ranks) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
-  out << "]";
-  return out.str();
-}
-
 // A cached slot set by some ranks but not all for this long is sent back to full negotiation.
 constexpr double kPartialEvictSeconds = 1.0;
 
 }  // namespace
 
-Coordinator::Coordinator(int size, const Config& config, const ResponseCache* cache)
-    : size_(size), config_(config), cache_(cache), joined_(size, false) {}
+Coordinator::Coordinator(int size, const Config& config, const ResponseCache* cache,
+                         std::vector<int> world_ranks)
+    : size_(size), config_(config), world_ranks_(std::move(world_ranks)), cache_(cache),
+      joined_(size, false) {}
 
 void Coordinator::ObserveCachedBits(const std::vector<uint64_t>& ready,
                                     const std::vector<uint64_t>& any, Clock::time_point now) {
@@ -96,7 +90,8 @@ Response Coordinator::DecideOne(const std::string& name, const Pending& pending)
         << "': ranks disagree on " << field << ":";
     for (int q = 0; q < size_; ++q)
       if (pending.submitted[q])
-        msg << " rank " << q << " " << DescribeField(pending.by_rank[q], field) << ";";
+        msg << " rank " << world_ranks_[q] << " " << DescribeField(pending.by_rank[q], field, world_ranks_)
+            << ";";
     msg << " Every rank must submit the same " << field
         << " for a tensor name. Check that each rank builds the same model and calls the same "
            "collectives in the same order with matching arguments.";
@@ -188,8 +183,8 @@ std::string Coordinator::StallReport(const std::string& name, const Pending& pen
                                      double seconds) const {
   std::vector<int> have, missing;
   for (int r = 0; r < size_; ++r) {
-    if (pending.submitted[r]) have.push_back(r);
-    else if (!joined_[r]) missing.push_back(r);
+    if (pending.submitted[r]) have.push_back(world_ranks_[r]);
+    else if (!joined_[r]) missing.push_back(world_ranks_[r]);
   }
   std::ostringstream msg;
   msg << "Stalled " << OpTypeName(pending.by_rank[have[0]].op_type) << " '" << name << "' for "

@@ -21,7 +21,9 @@ using Clock = std::chrono::steady_clock;
 
 class Coordinator {
  public:
-  Coordinator(int size, const Config& config, const ResponseCache* cache);
+  // `world_ranks[r]`: how rank r is named in messages (its world rank).
+  Coordinator(int size, const Config& config, const ResponseCache* cache,
+              std::vector<int> world_ranks);
 
   // Each cycle, before the responses are decided: which cached slots were set by every rank
   // (ready) and by at least one rank (any). Slots set by some ranks only for too long are
@@ -49,6 +51,7 @@ class Coordinator {
 
   int size_;
   Config config_;
+  std::vector<int> world_ranks_;
   const ResponseCache* cache_;
   std::map<std::string, Pending> table_;
   std::vector<std::string> arrival_order_;  // deterministic response order

@@ -1,47 +1,44 @@
 #include "engine.h"
 
-#include "backend/mpi/mpi_backend.h"
-#include "backend/mpi/mpi_control_plane.h"
-#include "fusion.h"
-
 #include <algorithm>
 #include <sstream>
 
+#include "backend/mpi/mpi_wait.h"
+
 namespace kerashvd {
+namespace {
+
+enum RegistrationKind : uint64_t { kAddSet = 1, kRemoveSet = 2 };
+
+std::vector<int> AllRanks(int size) {
+  std::vector<int> ranks(size);
+  for (int r = 0; r < size; ++r) ranks[r] = r;
+  return ranks;
+}
+
+}  // namespace
 
 Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
   std::unique_ptr<Engine> engine(new Engine(config));
-  KERASHVD_RETURN_IF_ERROR(MpiContext::Create(&engine->mpi_));
-  engine->control_ = std::make_unique<MpiControlPlane>(engine->mpi_.get(), config.peer_timeout_seconds,
-                                                       &engine->abort_);
-  engine->huge_pages_ = HugePages(config.huge_pages);
-  engine->cpu_backend_ = std::make_unique<MpiBackend>(engine->mpi_.get(), &engine->abort_,
-                                                      &engine->huge_pages_);
-  engine->control_->set_idler([e = engine.get()](std::chrono::microseconds nap) {
-    // With a collective pending here, the peers are expected soon: nap briefly, so that the
-    // cycle completes within ~kPendingNap of the last rank's arrival instead of up to the
-    // wait loop's longest nap (1 ms).
-    if (e->pending_work_) nap = std::min(nap, kPendingNap);
-    if (!e->queue_.WaitForSubmissionAfter(e->seen_submissions_, nap)) return false;
-    e->seen_submissions_ = e->queue_.submissions();
-    e->pending_work_ = true;  // taken by the next cycle, which this one now holds up
-    return true;
-  });
-  engine->control_->set_urgency([e = engine.get()] { return e->pending_work_; });
-  engine->controller_ = std::make_unique<Controller>(engine->control_.get(), config);
-  engine->executor_ = std::make_unique<Executor>(engine->cpu_backend_.get(), &engine->host_memory_,
-                                                 &engine->timeline_, engine->mpi_->rank(),
-                                                 engine->mpi_->size());
-  if (!config.timeline_path.empty()) {
-    Status status = engine->StartTimeline(config.timeline_path, config.timeline_max_bytes);
-    if (!status.ok()) return status;
-  }
-  const bool single_host = engine->mpi_->local_size() == engine->mpi_->size();
-  engine->monitor_ = std::make_unique<PeerMonitor>(
-      engine->control_.get(), config.peer_timeout_seconds, single_host,
-      [e = engine.get()](int rank, const std::string& what) { e->OnPeerFailure(rank, what); });
-  KERASHVD_RETURN_IF_ERROR(engine->monitor_->Start());
-  engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
+  Engine* e = engine.get();
+  KERASHVD_RETURN_IF_ERROR(MpiContext::Create(&e->mpi_));
+  KERASHVD_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_dup(e->mpi_->comm(), &e->registry_comm_), "MPI_Comm_dup"));
+  MPI_Comm_set_errhandler(e->registry_comm_, MPI_ERRORS_RETURN);
+  e->world_ = std::make_unique<Lane>(0, e->mpi_.get(), AllRanks(e->mpi_->size()), config,
+                                     &e->abort_, &e->timeline_);
+  e->world_->set_executor_chooser(
+      [e](const std::vector<WorkItem*>& group, Executor* host, Executor** out) {
+        return e->ExecutorFor(group, host, out);
+      });
+  if (!config.timeline_path.empty())
+    KERASHVD_RETURN_IF_ERROR(e->StartTimeline(config.timeline_path, config.timeline_max_bytes));
+  const bool single_host = e->mpi_->local_size() == e->mpi_->size();
+  e->monitor_ = std::make_unique<PeerMonitor>(
+      e->world_->control(), config.peer_timeout_seconds, single_host,
+      [e](int rank, const std::string& what) { e->OnPeerFailure(rank, what); });
+  KERASHVD_RETURN_IF_ERROR(e->monitor_->Start());
+  e->world_->Start();
   *out = std::move(engine);
   return Status::Ok();
 }
@@ -49,6 +46,9 @@ Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
 Engine::~Engine() {
   Shutdown();
   timeline_.Stop();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (registry_comm_ != MPI_COMM_NULL && !finalized && !MpiBroken()) MPI_Comm_free(&registry_comm_);
 }
 
 Status Engine::StartTimeline(const std::string& path, int64_t max_bytes) {
@@ -64,20 +64,34 @@ Status Engine::StartTimeline(const std::string& path, int64_t max_bytes) {
 }
 
 Status Engine::Submit(TensorEntry entry) {
-  {
-    std::lock_guard<std::mutex> lock(state_mutex_);
-    if (stopped_) return stop_reason_;
+  if (entry.process_set == 0) {
+    if (entry.request.device >= 0) KERASHVD_RETURN_IF_ERROR(CheckDevice(entry.request));
+    return world_->Submit(std::move(entry));
   }
-  if (entry.request.device >= 0) KERASHVD_RETURN_IF_ERROR(CheckDevice(entry.request));
-  // What the executor's single-tensor path will do with this entry (see Executor::Allreduce).
-  const Request& r = entry.request;
-  entry.request.out_of_place = r.op_type == OpType::kAllreduce && r.shapes.size() == 1 &&
-                               !IsHalf(r.dtype) && r.prescale == 1.0 &&
-                               entry.outputs.size() == 1 && entry.inputs.size() == 1 &&
-                               entry.outputs[0] != entry.inputs[0];
-  entry.submitted = std::chrono::steady_clock::now();
-  queue_.Submit(std::move(entry));
-  return Status::Ok();
+  std::shared_ptr<SetEntry> set;
+  {
+    std::lock_guard<std::mutex> lock(sets_mutex_);
+    auto it = sets_.find(entry.process_set);
+    if (it != sets_.end()) set = it->second;
+  }
+  const std::string& name = entry.request.name;
+  if (!set)
+    return Status::InvalidArgument("collective '" + name + "' names process set " +
+                                   std::to_string(entry.process_set) +
+                                   ", which is not registered (or was removed). Register it "
+                                   "with kerashvd.add_process_set() or init(process_sets=...).");
+  if (!set->lane)
+    return Status::InvalidArgument(
+        "rank " + std::to_string(mpi_->rank()) + " called collective '" + name +
+        "' on process set " + std::to_string(entry.process_set) + " with ranks " +
+        RankList(set->ranks) + ", which does not include it. Only members of a process set "
+        "may call its collectives (check process_set.included()).");
+  if (entry.request.device >= 0)
+    return Status::Unimplemented(
+        "collective '" + name + "': GPU tensors are reduced only in the global process set "
+        "for now; copy the tensor to the CPU for process set " +
+        std::to_string(entry.process_set) + ".");
+  return set->lane->Submit(std::move(entry));
 }
 
 Status Engine::CheckDevice(const Request& request) {
@@ -97,9 +111,19 @@ Status Engine::CheckDevice(const Request& request) {
 }
 
 void Engine::Shutdown() {
-  shutdown_requested_ = true;
-  queue_.Wake();
-  if (thread_.joinable()) thread_.join();
+  if (world_) {
+    world_->RequestShutdown();
+    world_->Join();
+  }
+  std::map<int, std::shared_ptr<SetEntry>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mutex_);
+    sets.swap(sets_);
+  }
+  for (auto& [id, set] : sets)
+    if (set->lane) set->lane->RequestShutdown();
+  for (auto& [id, set] : sets)
+    if (set->lane) set->lane->Join();
   if (monitor_) monitor_->Stop();
 }
 
@@ -110,59 +134,16 @@ void Engine::OnPeerFailure(int rank, const std::string& what) {
       << rank << "'s output for the cause.";
   MarkMpiBroken();
   abort_.Set(Status::Aborted(msg.str()));
-  queue_.Wake();
+  world_->Wake();
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  for (auto& [id, set] : sets_)
+    if (set->lane) set->lane->Wake();
 }
 
-void Engine::Loop() {
-  const auto idle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
-  const auto pending_wait = std::min<std::chrono::microseconds>(idle, kPendingNap);
-  auto wait = idle;
-  while (true) {
-    queue_.WaitForWork(wait);
-    if (abort_.is_set()) return Stop(abort_.status());
-    seen_submissions_ = queue_.submissions();
-    CycleResult cycle;
-    std::deque<TensorEntry> incoming = queue_.TakeAll();
-    pending_work_ = !incoming.empty() || controller_->has_pending() || controller_->joined();
-    Status status = controller_->RunCycle(std::move(incoming), shutdown_requested_, &cycle);
-    if (!status.ok()) return Stop(status);
-    if (cycle.shutdown) {
-      std::ostringstream msg;
-      msg << "kerashvd was shut down by rank(s)";
-      for (int r : cycle.shutdown_ranks) msg << " " << r;
-      msg << " (kerashvd.shutdown() was called, or the process exited) while this collective "
-             "was pending on rank "
-          << mpi_->rank() << ". Every rank must run the same collectives before shutting down.";
-      return Stop(Status::Aborted(msg.str()));
-    }
-    if (!cycle.fatal_error.empty()) return Stop(Status::Aborted(cycle.fatal_error));
-    // With work of its own still waiting for peers, meet them again almost at once: the cycle
-    // that finds everything ready then starts within ~kPendingNap of the last submission.
-    // Otherwise back off, whatever the other ranks have pending: they can only be waiting for
-    // a submission of this rank, and that wakes the loop at once.
-    wait = controller_->has_pending() || controller_->joined() ? pending_wait : idle;
-
-    const auto executed = Timeline::Clock::now();
-    int64_t bytes = 0;
-    for (std::vector<size_t>& indices : PlanFusion(cycle.work, config_.fusion_threshold_bytes)) {
-      std::vector<WorkItem*> group;
-      for (size_t i : indices) {
-        group.push_back(&cycle.work[i]);
-        bytes += FusedBytes(cycle.work[i].response.request);
-      }
-      Executor* executor = nullptr;
-      Status placed = ExecutorFor(group, &executor);
-      if (placed.ok()) executor->Run(group);
-      else Executor::Fail(group, placed);
-    }
-    if (!cycle.work.empty()) timeline_.Cycle(executed, Timeline::Clock::now(), cycle.work.size(), bytes);
-  }
-}
-
-Status Engine::ExecutorFor(const std::vector<WorkItem*>& group, Executor** out) {
+Status Engine::ExecutorFor(const std::vector<WorkItem*>& group, Executor* host, Executor** out) {
   const Response& response = group.front()->response;
   if (response.kind != Response::Kind::kExecute || response.request.device < 0) {
-    *out = executor_.get();
+    *out = host;
     return Status::Ok();
   }
   // This rank's own tensors say which GPU; a rank that has joined has none here and lets the
@@ -179,14 +160,140 @@ Status Engine::ExecutorFor(const std::vector<WorkItem*>& group, Executor** out) 
   return Status::Ok();
 }
 
-void Engine::Stop(const Status& reason) {
-  {
-    std::lock_guard<std::mutex> lock(state_mutex_);
-    stopped_ = true;
-    stop_reason_ = reason;
+// A registration request: [kind, id, bitmask of world ranks...] (the id is 0 for an add).
+std::string Engine::DescribeRegistration(const uint64_t* request) const {
+  if (request[0] == kRemoveSet) return "remove_process_set(" + std::to_string(request[1]) + ")";
+  if (request[0] != kAddSet) return "no registration";
+  std::vector<int> ranks;
+  for (int r = 0; r < mpi_->size(); ++r)
+    if ((request[2 + r / 64] >> (r % 64)) & 1) ranks.push_back(r);
+  return "add_process_set(" + RankList(ranks) + ")";
+}
+
+Status Engine::AgreeOnRegistration(const std::vector<uint64_t>& request, const char* what) {
+  if (!registry_broken_.ok()) return registry_broken_;
+  const int size = mpi_->size();
+  const int n = static_cast<int>(request.size());
+  std::vector<uint64_t> all(static_cast<size_t>(n) * size);
+  MPI_Request pending;
+  Status status = MpiStatus(MPI_Iallgather(request.data(), n, MPI_UINT64_T, all.data(), n,
+                                           MPI_UINT64_T, registry_comm_, &pending),
+                            "MPI_Iallgather");
+  WaitPolicy policy;
+  policy.timeout_seconds = config_.peer_timeout_seconds;
+  policy.first_nap = std::chrono::microseconds(100);
+  policy.max_nap = std::chrono::microseconds(10000);
+  if (status.ok()) status = MpiWait(&pending, what, &abort_, policy, mpi_->rank());
+  if (!status.ok()) {
+    // The allgather may still be in flight: this communicator cannot be used again.
+    registry_broken_ = Status::FailedPrecondition(
+        "kerashvd cannot register or remove process sets any more: an earlier " +
+        std::string(what) + " failed on rank " + std::to_string(mpi_->rank()) + ": " +
+        status.message());
+    return Status::Aborted(std::string(what) + " failed: every rank must call it with the "
+                           "same arguments and in the same order. " + status.message());
   }
-  for (TensorEntry& entry : controller_->TakePending()) entry.done(reason, CollectiveResult());
-  for (TensorEntry& entry : queue_.TakeAll()) entry.done(reason, CollectiveResult());
+  bool same = true;
+  for (int r = 1; r < size && same; ++r)
+    same = std::equal(all.begin(), all.begin() + n, all.begin() + static_cast<size_t>(r) * n);
+  if (same) return Status::Ok();
+  std::ostringstream msg;
+  msg << "Ranks disagree on " << what << ":";
+  for (int r = 0; r < size; ++r)
+    msg << " rank " << r << " called " << DescribeRegistration(&all[static_cast<size_t>(r) * n])
+        << ";";
+  msg << " every rank must register and remove the same process sets in the same order.";
+  return Status::InvalidArgument(msg.str());
+}
+
+Status Engine::AddProcessSet(const std::vector<int>& ranks, int* id) {
+  std::lock_guard<std::mutex> registry(registry_mutex_);
+  const int size = mpi_->size();
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] < 0 || ranks[i] >= size || (i > 0 && ranks[i] <= ranks[i - 1]))
+      return Status::InvalidArgument("a process set needs distinct ranks in [0, " +
+                                     std::to_string(size) + ") in ascending order; received " +
+                                     RankList(ranks));
+  if (ranks.empty()) return Status::InvalidArgument("a process set needs at least one rank");
+  std::vector<uint64_t> request(2 + (size + 63) / 64, 0);
+  request[0] = kAddSet;
+  for (int r : ranks) request[2 + r / 64] |= uint64_t{1} << (r % 64);
+  KERASHVD_RETURN_IF_ERROR(AgreeOnRegistration(request, "add_process_set"));
+
+  auto set = std::make_shared<SetEntry>();
+  set->ranks = ranks;
+  const bool member = std::binary_search(ranks.begin(), ranks.end(), mpi_->rank());
+  MPI_Comm comm = MPI_COMM_NULL;
+  // Every rank has called (the agreement above), so this collective cannot hang on a
+  // missing rank; non-members pass MPI_UNDEFINED and get MPI_COMM_NULL.
+  KERASHVD_RETURN_IF_ERROR(MpiStatus(
+      MPI_Comm_split(registry_comm_, member ? 0 : MPI_UNDEFINED, mpi_->rank(), &comm),
+      "MPI_Comm_split"));
+  const int new_id = next_set_id_++;
+  if (member) {
+    KERASHVD_RETURN_IF_ERROR(MpiContext::FromComm(comm, &set->comm));
+    set->lane = std::make_unique<Lane>(new_id, set->comm.get(), ranks, config_, &abort_, &timeline_);
+    set->lane->Start();
+  }
+  {
+    std::lock_guard<std::mutex> lock(sets_mutex_);
+    sets_[new_id] = set;
+  }
+  *id = new_id;
+  return Status::Ok();
+}
+
+Status Engine::RemoveProcessSet(int id) {
+  std::lock_guard<std::mutex> registry(registry_mutex_);
+  if (id == 0) return Status::InvalidArgument("the global process set (id 0) cannot be removed");
+  std::shared_ptr<SetEntry> set;
+  {
+    std::lock_guard<std::mutex> lock(sets_mutex_);
+    auto it = sets_.find(id);
+    if (it == sets_.end())
+      return Status::InvalidArgument("process set " + std::to_string(id) +
+                                     " is not registered (or was already removed)");
+    set = it->second;
+  }
+  std::vector<uint64_t> request(2 + (mpi_->size() + 63) / 64, 0);
+  request[0] = kRemoveSet;
+  request[1] = static_cast<uint64_t>(id);
+  KERASHVD_RETURN_IF_ERROR(AgreeOnRegistration(request, "remove_process_set"));
+  {
+    std::lock_guard<std::mutex> lock(sets_mutex_);
+    sets_.erase(id);
+  }
+  // The members stop the lane together (its shutdown is negotiated like a collective).
+  if (set->lane) {
+    set->lane->RequestShutdown();
+    set->lane->Join();
+  }
+  return Status::Ok();
+}
+
+Status Engine::ProcessSet(int id, ProcessSetView* view) const {
+  view->id = id;
+  if (id == 0) {
+    view->ranks = AllRanks(mpi_->size());
+    view->rank = mpi_->rank();
+    return Status::Ok();
+  }
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  auto it = sets_.find(id);
+  if (it == sets_.end())
+    return Status::InvalidArgument("process set " + std::to_string(id) +
+                                   " is not registered (or was removed)");
+  view->ranks = it->second->ranks;
+  auto at = std::find(view->ranks.begin(), view->ranks.end(), mpi_->rank());
+  view->rank = at == view->ranks.end() ? -1 : static_cast<int>(at - view->ranks.begin());
+  return Status::Ok();
+}
+
+std::vector<int> Engine::ProcessSetIds() const {
+  std::vector<int> ids{0};
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  for (const auto& [id, set] : sets_) ids.push_back(id);
+  return ids;
 }
 
 }  // namespace kerashvd

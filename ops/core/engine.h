@@ -1,59 +1,57 @@
-// Engine: one per process. Owns MPI, the backends, the queue, the controller and the
-// background thread that runs every collective (DESIGN.md section 2).
+// Engine: one per process. Owns MPI, the peer monitor, the timeline, the GPU plane and the
+// lanes (lane.h): lane 0 runs the collectives of the whole world, and each process set this
+// rank belongs to has a lane of its own, with its own communicator and background thread.
 //
-// The loop: sleep until something is submitted, run one negotiation cycle, plan fusion over
-// the cycle's work, execute each group, repeat. Entries submitted while a cycle runs are
-// picked up by the next one, which is how tensors arriving together get fused.
-//
-// How long to sleep between cycles:
-// - With work of its own waiting for late peers: kPendingNap, so that the cycle that finds
-//   the work ready everywhere follows the last rank's submission closely.
-// - With nothing pending here: the cycle time (KERASHVD_CYCLE_TIME, default 50 ms), whatever
-//   the other ranks have pending. They can only be waiting for a submission of this rank,
-//   and a submission wakes the loop at once, so no collective ever waits for this sleep; it
-//   only bounds how soon stalls and a peer's shutdown are noticed. A rank that is computing
-//   its next gradients is then woken ~20 times a second by its engine, where a 1 ms idle
-//   cycle (with backoff to 20 ms, reset by every peer's activity) preempted its compute
-//   thread ~150 times a second on 2 ranks sharing 2 cores and slowed every step by ~2%.
+// Process sets are registered collectively: every rank calls AddProcessSet with the same
+// ranks in the same order (at init() or later), and RemoveProcessSet likewise. Each call
+// first compares the ranks' requests in one non-blocking allgather with the peer timeout, so
+// that ranks that disagree, or a rank that never calls, give every rank an error naming what
+// each rank asked for instead of a hang in MPI_Comm_split; then the members split a
+// communicator off the engine's registry communicator (a duplicate of the world's).
 #pragma once
 
 #include <atomic>
-#include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "abort_flag.h"
-#include "backend/backend.h"
 #include "backend/gpu_plane.h"
 #include "backend/mpi/mpi_context.h"
 #include "config.h"
-#include "control_plane.h"
-#include "controller.h"
 #include "executor.h"
-#include "host_memory_ops.h"
-#include "huge_pages.h"
+#include "lane.h"
 #include "peer_monitor.h"
-#include "tensor_queue.h"
 #include "timeline.h"
 
 namespace kerashvd {
 
+// What a rank knows about one process set.
+struct ProcessSetView {
+  int id = 0;
+  std::vector<int> ranks;  // world ranks, ascending
+  int rank = -1;           // this rank's index in `ranks`; -1 when it is not a member
+};
+
 class Engine {
  public:
-  // Longest nap while waiting for the other ranks in a negotiation with work pending here.
-  static constexpr std::chrono::microseconds kPendingNap{50};
-
   static Status Create(const Config& config, std::unique_ptr<Engine>* out);
   ~Engine();
 
-  // Hands a collective to the background thread. On error (engine stopped) `entry.done` is
-  // not called; the caller reports the returned Status itself.
+  // Hands a collective to the lane of its process set. On error (engine stopped, unknown
+  // process set, not a member) `entry.done` is not called; the caller reports the Status.
   Status Submit(TensorEntry entry);
-  // Stops the background thread on every rank: the first rank to call it stops all ranks'
-  // engines at the next cycle; anything still pending fails with Aborted.
+  // Stops every lane on every rank: the first rank to call it stops all ranks' world lanes at
+  // the next cycle; anything still pending fails with Aborted.
   void Shutdown();
+
+  // Collective over all ranks (see above). `ranks`: ascending, distinct world ranks.
+  Status AddProcessSet(const std::vector<int>& ranks, int* id);
+  Status RemoveProcessSet(int id);
+  Status ProcessSet(int id, ProcessSetView* view) const;
+  std::vector<int> ProcessSetIds() const;
 
   // Starts (or restarts) writing a timeline; only rank 0 writes unless `path` contains
   // "{rank}", which is replaced by each rank's number.
@@ -64,39 +62,41 @@ class Engine {
   const MpiContext& mpi() const { return *mpi_; }
 
  private:
-  explicit Engine(const Config& config) : config_(config) {}
-  void Loop();
-  void Stop(const Status& reason);
+  struct SetEntry {
+    std::vector<int> ranks;
+    std::unique_ptr<MpiContext> comm;  // members only
+    std::unique_ptr<Lane> lane;        // members only
+  };
 
+  explicit Engine(const Config& config) : config_(config) {}
   void OnPeerFailure(int rank, const std::string& what);
   // A GPU tensor must be on the GPU of this process's earlier GPU tensors (checked locally,
   // before negotiation, so that a misplaced tensor never leaves the other ranks waiting).
   Status CheckDevice(const Request& request);
-  // The executor for a group: host or GPU, by where its tensors live. The first GPU group
-  // creates the GPU plane, collectively (see backend/gpu_plane.h).
-  Status ExecutorFor(const std::vector<WorkItem*>& group, Executor** out);
+  // The executor for a group of the world lane: host or GPU, by where its tensors live. The
+  // first GPU group creates the GPU plane, collectively (see backend/gpu_plane.h).
+  Status ExecutorFor(const std::vector<WorkItem*>& group, Executor* host, Executor** out);
+  // Step 1 of AddProcessSet/RemoveProcessSet: all ranks asked for the same change.
+  Status AgreeOnRegistration(const std::vector<uint64_t>& request, const char* what);
+  std::string DescribeRegistration(const uint64_t* request) const;
 
   Config config_;
   AbortFlag abort_;  // set when a peer fails; every wait in a collective checks it
   std::unique_ptr<MpiContext> mpi_;
-  std::unique_ptr<ControlPlane> control_;
-  HugePages huge_pages_{true};  // replaced from the config in Create
-  std::unique_ptr<Backend> cpu_backend_;
-  std::unique_ptr<Controller> controller_;
-  HostMemoryOps host_memory_;
-  std::unique_ptr<Executor> executor_;  // host tensors
+  Timeline timeline_;
+  std::unique_ptr<Lane> world_;         // process set 0
   std::unique_ptr<GpuPlane> gpu_;       // GPU tensors; created by the first GPU group
   std::atomic<int> gpu_device_{-1};     // the GPU of the first GPU tensor submitted
   std::unique_ptr<PeerMonitor> monitor_;
-  TensorQueue queue_;
-  Timeline timeline_;
-  uint64_t seen_submissions_ = 0;  // background thread only
-  bool pending_work_ = false;      // background thread only: this cycle carries work
-  std::thread thread_;
-  std::atomic<bool> shutdown_requested_{false};
-  std::mutex state_mutex_;
-  bool stopped_ = false;
-  Status stop_reason_;
+
+  // Process sets other than 0. The registry mutex serializes registrations (the caller's
+  // thread); sets_mutex_ guards `sets_` for Submit and the queries.
+  std::mutex registry_mutex_;
+  MPI_Comm registry_comm_ = MPI_COMM_NULL;
+  Status registry_broken_;
+  int next_set_id_ = 1;
+  mutable std::mutex sets_mutex_;
+  std::map<int, std::shared_ptr<SetEntry>> sets_;
 };
 
 }  // namespace kerashvd

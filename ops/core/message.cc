@@ -84,7 +84,8 @@ std::string SignatureDifference(const Request& a, const Request& b) {
   return "";
 }
 
-std::string DescribeField(const Request& r, const std::string& field) {
+std::string DescribeField(const Request& r, const std::string& field,
+                          const std::vector<int>& world_ranks) {
   std::ostringstream out;
   if (field == "collective") out << OpTypeName(r.op_type);
   else if (field == "dtype") out << DataTypeName(r.dtype);
@@ -93,7 +94,9 @@ std::string DescribeField(const Request& r, const std::string& field) {
   else if (field == "reduce op") out << ReduceOpName(r.reduce_op);
   else if (field == "prescale_factor") out << r.prescale;
   else if (field == "postscale_factor") out << r.postscale;
-  else if (field == "root_rank") out << r.root_rank;
+  else if (field == "root_rank")
+    out << (r.root_rank >= 0 && r.root_rank < static_cast<int>(world_ranks.size())
+                ? world_ranks[r.root_rank] : r.root_rank);
   else if (field == "device") out << (r.device < 0 ? "CPU" : "GPU");
   return out.str();
 }

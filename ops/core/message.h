@@ -42,8 +42,10 @@ struct Request {
 // Compares what ranks must agree on. Returns "" when a and b agree, otherwise the name of the
 // first field that differs ("shape", "dtype", ...).
 std::string SignatureDifference(const Request& a, const Request& b);
-// The value of `field` (as named by SignatureDifference) in a readable form.
-std::string DescribeField(const Request& r, const std::string& field);
+// The value of `field` (as named by SignatureDifference) in a readable form; ranks of the
+// request's communicator are shown as `world_ranks[rank]`.
+std::string DescribeField(const Request& r, const std::string& field,
+                          const std::vector<int>& world_ranks);
 
 struct Response {
   enum class Kind : uint8_t { kExecute = 0, kError = 1, kJoinDone = 2 };

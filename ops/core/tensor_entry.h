@@ -19,6 +19,9 @@ struct CollectiveResult {
 
 struct TensorEntry {
   Request request;
+  // The process set whose members run this collective (0: all ranks). It picks the engine's
+  // lane, and ranks in `request` (root_rank) count within the set.
+  int process_set = 0;
   // One input per tensor in request.shapes: host memory when request.device is -1, else
   // memory on that GPU.
   std::vector<const void*> inputs;

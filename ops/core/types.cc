@@ -105,4 +105,10 @@ std::string ShapeString(const Shape& shape) {
   return out.str();
 }
 
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out + "]";
+}
+
 }  // namespace kerashvd

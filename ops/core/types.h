@@ -52,4 +52,7 @@ int64_t NumElements(const Shape& shape);
 int64_t RowElements(const Shape& shape);
 std::string ShapeString(const Shape& shape);
 
+// "[0, 2, 3]": ranks as messages show them.
+std::string RankList(const std::vector<int>& ranks);
+
 }  // namespace kerashvd

@@ -62,6 +62,8 @@ CollectiveKernel::CollectiveKernel(tfw::OpKernelConstruction* context, OpType op
     OP_REQUIRES_OK(context, context->GetAttr("postscale_factor", &postscale_));
   if (context->HasAttr("root_rank"))
     OP_REQUIRES_OK(context, context->GetAttr("root_rank", &root_rank_));
+  if (context->HasAttr("process_set_id"))
+    OP_REQUIRES_OK(context, context->GetAttr("process_set_id", &process_set_));
 }
 
 absl::Status CollectiveKernel::PrepareOutputs(tfw::OpKernelContext* context, TensorEntry* entry) {
@@ -72,7 +74,17 @@ void CollectiveKernel::ComputeAsync(tfw::OpKernelContext* context, DoneCallback 
   std::shared_ptr<Engine> engine;
   OP_REQUIRES_OK_ASYNC(context, ToAbsl(RequireEngine(&engine)), done);
 
+  ProcessSetView set;
+  OP_REQUIRES_OK_ASYNC(context, ToAbsl(engine->ProcessSet(process_set_, &set)), done);
+  OP_REQUIRES_ASYNC(
+      context, set.rank >= 0,
+      absl::InvalidArgumentError(
+          "'" + tensor_name_ + "': rank " + std::to_string(engine->mpi().rank()) +
+          " is not in process set " + std::to_string(process_set_) +
+          "; only its members may call its collectives (check process_set.included())."),
+      done);
   TensorEntry entry;
+  entry.process_set = process_set_;
   Request& request = entry.request;
   request.name = tensor_name_;
   request.op_type = op_type_;
@@ -91,7 +103,7 @@ void CollectiveKernel::ComputeAsync(tfw::OpKernelContext* context, DoneCallback 
     request.shapes.push_back(FromTfShape(t.shape()));
     entry.inputs.push_back(t.tensor_data().data());
   }
-  OP_REQUIRES_OK_ASYNC(context, Validate(context, &entry), done);
+  OP_REQUIRES_OK_ASYNC(context, Validate(context, set, &entry), done);
   OP_REQUIRES_OK_ASYNC(context, PrepareOutputs(context, &entry), done);
   OP_REQUIRES_OK_ASYNC(context, BindDevice(context, &entry), done);
 

@@ -21,8 +21,9 @@ Shape FromTfShape(const tfw::TensorShape& shape);
 tfw::TensorShape ToTfShape(const Shape& shape);
 
 // Handles every collective's common work: reads the attrs (tensor_name, reduce_op, prescale
-// and postscale factors, root_rank where present), checks the inputs, lets the subclass
-// prepare outputs, submits the entry and finishes the op when the engine calls back.
+// and postscale factors, root_rank and process_set_id where present), checks the inputs, lets
+// the subclass prepare outputs, submits the entry and finishes the op when the engine calls
+// back.
 class CollectiveKernel : public tfw::AsyncOpKernel {
  public:
   CollectiveKernel(tfw::OpKernelConstruction* context, OpType op_type);
@@ -37,7 +38,9 @@ class CollectiveKernel : public tfw::AsyncOpKernel {
   }
   // Number of leading inputs that are tensors to communicate (the rest are parameters).
   virtual int NumDataInputs(tfw::OpKernelContext* context) const { return context->num_inputs(); }
-  virtual absl::Status Validate(tfw::OpKernelContext* context, TensorEntry* entry) {
+  // `set`: the process set the collective runs in, with this rank a member.
+  virtual absl::Status Validate(tfw::OpKernelContext* context, const ProcessSetView& set,
+                                TensorEntry* entry) {
     return absl::OkStatus();
   }
   // Called after PrepareOutputs: says where the entry's buffers live and, for a device, how the
@@ -53,6 +56,7 @@ class CollectiveKernel : public tfw::AsyncOpKernel {
   float prescale_ = 1.0f;
   float postscale_ = 1.0f;
   int root_rank_ = 0;
+  int process_set_ = 0;
 };
 
 // Output i has the same shape as input i; reuses the input buffer when TF allows it.

@@ -2,14 +2,15 @@
 // a GPU backend also registers them on the GPU (ops/tf/gpu), which is why they live in a header.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "adapter.h"
 
 namespace kerashvd {
 namespace tf {
-
 class AllreduceKernel : public CollectiveKernel {
  public:
   explicit AllreduceKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kAllreduce) {}
@@ -20,7 +21,7 @@ class AllgatherKernel : public CollectiveKernel {
   explicit AllgatherKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kAllgather) {}
 
  protected:
-  absl::Status Validate(tfw::OpKernelContext*, TensorEntry* entry) override {
+  absl::Status Validate(tfw::OpKernelContext*, const ProcessSetView&, TensorEntry* entry) override {
     for (const Shape& s : entry->request.shapes)
       if (s.empty())
         return absl::InvalidArgumentError(
@@ -40,13 +41,21 @@ class BroadcastKernel : public CollectiveKernel {
   explicit BroadcastKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kBroadcast) {}
 
  protected:
-  absl::Status Validate(tfw::OpKernelContext*, TensorEntry*) override {
-    std::shared_ptr<Engine> engine = CurrentEngine();
-    int size = engine ? engine->mpi().size() : 1;
-    if (root_rank_ < 0 || root_rank_ >= size)
+  // root_rank is a world rank (as in Horovod); the engine counts it within the process set.
+  absl::Status Validate(tfw::OpKernelContext*, const ProcessSetView& set,
+                        TensorEntry* entry) override {
+    const int size = static_cast<int>(set.ranks.size());
+    auto at = std::find(set.ranks.begin(), set.ranks.end(), root_rank_);
+    if (set.id == 0 && (root_rank_ < 0 || root_rank_ >= size))
       return absl::InvalidArgumentError("broadcast of '" + tensor_name_ + "': root_rank must be in [0, " +
                                         std::to_string(size) + "); received root_rank=" +
                                         std::to_string(root_rank_));
+    if (at == set.ranks.end())
+      return absl::InvalidArgumentError(
+          "broadcast of '" + tensor_name_ + "': root_rank=" + std::to_string(root_rank_) +
+          " is not in process set " + std::to_string(set.id) + " (ranks " + RankList(set.ranks) +
+          "); pass the world rank of one of its members.");
+    entry->request.root_rank = static_cast<int>(at - set.ranks.begin());
     return absl::OkStatus();
   }
 };
@@ -58,13 +67,13 @@ class AlltoallKernel : public CollectiveKernel {
  protected:
   int NumDataInputs(tfw::OpKernelContext*) const override { return 1; }
 
-  absl::Status Validate(tfw::OpKernelContext* context, TensorEntry* entry) override {
+  absl::Status Validate(tfw::OpKernelContext* context, const ProcessSetView& set,
+                        TensorEntry* entry) override {
     const Shape& shape = entry->request.shapes[0];
     if (shape.empty())
       return absl::InvalidArgumentError("alltoall of '" + tensor_name_ +
                                         "' needs a tensor of rank >= 1; received a scalar.");
-    std::shared_ptr<Engine> engine = CurrentEngine();
-    const int size = engine ? engine->mpi().size() : 1;
+    const int size = static_cast<int>(set.ranks.size());
     const tfw::Tensor& splits = context->input(1);
     const int64_t rows = shape[0];
     if (splits.NumElements() == 0) {
@@ -116,7 +125,7 @@ class ReducescatterKernel : public CollectiveKernel {
       : CollectiveKernel(c, OpType::kReducescatter) {}
 
  protected:
-  absl::Status Validate(tfw::OpKernelContext*, TensorEntry* entry) override {
+  absl::Status Validate(tfw::OpKernelContext*, const ProcessSetView&, TensorEntry* entry) override {
     for (const Shape& s : entry->request.shapes)
       if (s.empty())
         return absl::InvalidArgumentError("reducescatter of '" + tensor_name_ +

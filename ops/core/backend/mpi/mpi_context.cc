@@ -77,27 +77,41 @@ Status MpiContext::Create(std::unique_ptr<MpiContext>* out) {
   KERASHVD_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &ctx->comm_), "MPI_Comm_dup"));
   // Errors are returned to us and become Status, never an abort of the process.
   MPI_Comm_set_errhandler(ctx->comm_, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(ctx->comm_, &ctx->rank_);
-  MPI_Comm_size(ctx->comm_, &ctx->size_);
+  KERASHVD_RETURN_IF_ERROR(ctx->Describe());
+  *out = std::move(ctx);
+  return Status::Ok();
+}
 
+Status MpiContext::FromComm(MPI_Comm comm, std::unique_ptr<MpiContext>* out) {
+  std::unique_ptr<MpiContext> ctx(new MpiContext());
+  ctx->comm_ = comm;
+  MPI_Comm_set_errhandler(ctx->comm_, MPI_ERRORS_RETURN);
+  MPI_Query_thread(&ctx->thread_level_);
+  KERASHVD_RETURN_IF_ERROR(ctx->Describe());
+  *out = std::move(ctx);
+  return Status::Ok();
+}
+
+Status MpiContext::Describe() {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
   MPI_Comm local, cross;
   KERASHVD_RETURN_IF_ERROR(MpiStatus(
-      MPI_Comm_split_type(ctx->comm_, MPI_COMM_TYPE_SHARED, ctx->rank_, MPI_INFO_NULL, &local),
+      MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
       "MPI_Comm_split_type"));
-  MPI_Comm_rank(local, &ctx->local_rank_);
-  MPI_Comm_size(local, &ctx->local_size_);
-  KERASHVD_RETURN_IF_ERROR(MpiStatus(
-      MPI_Comm_split(ctx->comm_, ctx->local_rank_, ctx->rank_, &cross), "MPI_Comm_split"));
-  MPI_Comm_rank(cross, &ctx->cross_rank_);
-  MPI_Comm_size(cross, &ctx->cross_size_);
+  MPI_Comm_rank(local, &local_rank_);
+  MPI_Comm_size(local, &local_size_);
+  KERASHVD_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_split(comm_, local_rank_, rank_, &cross), "MPI_Comm_split"));
+  MPI_Comm_rank(cross, &cross_rank_);
+  MPI_Comm_size(cross, &cross_size_);
   MPI_Comm_free(&local);
   MPI_Comm_free(&cross);
   // Largest and smallest local size in one allreduce: MAX of (size, -size).
-  int local_sizes[2] = {ctx->local_size_, -ctx->local_size_};
+  int local_sizes[2] = {local_size_, -local_size_};
   KERASHVD_RETURN_IF_ERROR(MpiStatus(
-      MPI_Allreduce(MPI_IN_PLACE, local_sizes, 2, MPI_INT, MPI_MAX, ctx->comm_), "MPI_Allreduce"));
-  ctx->homogeneous_ = local_sizes[0] == -local_sizes[1];
-  *out = std::move(ctx);
+      MPI_Allreduce(MPI_IN_PLACE, local_sizes, 2, MPI_INT, MPI_MAX, comm_), "MPI_Allreduce"));
+  homogeneous_ = local_sizes[0] == -local_sizes[1];
   return Status::Ok();
 }
 

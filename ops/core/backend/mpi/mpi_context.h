@@ -20,6 +20,8 @@ namespace kerashvd {
 class MpiContext {
  public:
   static Status Create(std::unique_ptr<MpiContext>* out);
+  // A context for `comm` (a process set's communicator), which it takes over and frees.
+  static Status FromComm(MPI_Comm comm, std::unique_ptr<MpiContext>* out);
   ~MpiContext();
 
   MPI_Comm comm() const { return comm_; }
@@ -35,6 +37,8 @@ class MpiContext {
 
  private:
   MpiContext() = default;
+  // Fills rank, size and the local/cross topology from comm_ (collective over comm_).
+  Status Describe();
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
   int thread_level_ = MPI_THREAD_SINGLE;

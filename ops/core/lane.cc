@@ -1,0 +1,132 @@
+#include "lane.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "backend/mpi/mpi_backend.h"
+#include "backend/mpi/mpi_control_plane.h"
+#include "fusion.h"
+
+namespace kerashvd {
+
+Lane::Lane(int id, const MpiContext* comm, std::vector<int> world_ranks, const Config& config,
+           AbortFlag* abort, Timeline* timeline)
+    : id_(id),
+      comm_(comm),
+      world_ranks_(std::move(world_ranks)),
+      config_(config),
+      abort_(abort),
+      timeline_(timeline),
+      huge_pages_(config.huge_pages) {
+  control_ = std::make_unique<MpiControlPlane>(comm_, config.peer_timeout_seconds, abort_);
+  backend_ = std::make_unique<MpiBackend>(comm_, abort_, &huge_pages_);
+  control_->set_idler([this](std::chrono::microseconds nap) {
+    // With a collective pending here, the peers are expected soon: nap briefly, so that the
+    // cycle completes within ~kPendingNap of the last rank's arrival instead of up to the
+    // wait loop's longest nap (1 ms).
+    if (pending_work_) nap = std::min(nap, kPendingNap);
+    if (!queue_.WaitForSubmissionAfter(seen_submissions_, nap)) return false;
+    seen_submissions_ = queue_.submissions();
+    pending_work_ = true;  // taken by the next cycle, which this one now holds up
+    return true;
+  });
+  control_->set_urgency([this] { return pending_work_; });
+  controller_ = std::make_unique<Controller>(control_.get(), config, world_ranks_);
+  executor_ = std::make_unique<Executor>(backend_.get(), &host_memory_, timeline_, comm_->rank(),
+                                         comm_->size());
+}
+
+Lane::~Lane() {
+  RequestShutdown();
+  Join();
+}
+
+void Lane::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Status Lane::Submit(TensorEntry entry) {
+  // Held while queueing, so that an entry queued here is always seen by Stop's final drain.
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  if (stopped_) return stop_reason_;
+  // What the executor's single-tensor path will do with this entry (see Executor::Allreduce).
+  const Request& r = entry.request;
+  entry.request.out_of_place = r.op_type == OpType::kAllreduce && r.shapes.size() == 1 &&
+                               !IsHalf(r.dtype) && r.prescale == 1.0 &&
+                               entry.outputs.size() == 1 && entry.inputs.size() == 1 &&
+                               entry.outputs[0] != entry.inputs[0];
+  entry.submitted = std::chrono::steady_clock::now();
+  queue_.Submit(std::move(entry));
+  return Status::Ok();
+}
+
+void Lane::RequestShutdown() {
+  shutdown_requested_ = true;
+  queue_.Wake();
+}
+
+void Lane::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string Lane::ShutdownMessage(const std::vector<int>& ranks) const {
+  std::ostringstream msg;
+  if (id_ == 0) msg << "kerashvd was shut down by rank(s)";
+  else msg << "kerashvd's process set " << id_ << " was shut down by rank(s)";
+  for (int r : ranks) msg << " " << world_ranks_[r];
+  msg << (id_ == 0 ? " (kerashvd.shutdown() was called, or the process exited)"
+                   : " (kerashvd.shutdown() or remove_process_set() was called)")
+      << " while this collective was pending on rank " << world_ranks_[comm_->rank()]
+      << ". Every rank must run the same collectives before shutting down.";
+  return msg.str();
+}
+
+void Lane::Loop() {
+  const auto idle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
+  const auto pending_wait = std::min<std::chrono::microseconds>(idle, kPendingNap);
+  auto wait = idle;
+  while (true) {
+    queue_.WaitForWork(wait);
+    if (abort_->is_set()) return Stop(abort_->status());
+    seen_submissions_ = queue_.submissions();
+    CycleResult cycle;
+    std::deque<TensorEntry> incoming = queue_.TakeAll();
+    pending_work_ = !incoming.empty() || controller_->has_pending() || controller_->joined();
+    Status status = controller_->RunCycle(std::move(incoming), shutdown_requested_, &cycle);
+    if (!status.ok()) return Stop(status);
+    if (cycle.shutdown) return Stop(Status::Aborted(ShutdownMessage(cycle.shutdown_ranks)));
+    if (!cycle.fatal_error.empty()) return Stop(Status::Aborted(cycle.fatal_error));
+    // With work of its own still waiting for peers, meet them again almost at once: the cycle
+    // that finds everything ready then starts within ~kPendingNap of the last submission.
+    // Otherwise back off, whatever the other ranks have pending: they can only be waiting for
+    // a submission of this rank, and that wakes the loop at once.
+    wait = controller_->has_pending() || controller_->joined() ? pending_wait : idle;
+
+    const auto executed = Timeline::Clock::now();
+    int64_t bytes = 0;
+    for (std::vector<size_t>& indices : PlanFusion(cycle.work, config_.fusion_threshold_bytes)) {
+      std::vector<WorkItem*> group;
+      for (size_t i : indices) {
+        group.push_back(&cycle.work[i]);
+        bytes += FusedBytes(cycle.work[i].response.request);
+      }
+      Executor* executor = executor_.get();
+      Status placed = chooser_ ? chooser_(group, executor_.get(), &executor) : Status::Ok();
+      if (placed.ok()) executor->Run(group);
+      else Executor::Fail(group, placed);
+    }
+    if (!cycle.work.empty()) timeline_->Cycle(executed, Timeline::Clock::now(), cycle.work.size(), bytes);
+  }
+}
+
+void Lane::Stop(const Status& reason) {
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    stopped_ = true;
+    stop_reason_ = reason;
+  }
+  for (TensorEntry& entry : controller_->TakePending()) entry.done(reason, CollectiveResult());
+  for (TensorEntry& entry : queue_.TakeAll()) entry.done(reason, CollectiveResult());
+}
+
+}  // namespace kerashvd

@@ -1,0 +1,111 @@
+// Lane: one communicator's share of the engine. It owns the communicator's queue, negotiation
+// (Controller), host executor and background thread. The engine runs one lane for the whole
+// world (process set 0) and one for each other process set this rank belongs to.
+//
+// Why a thread per lane: a lane's cycle is a collective over its members only, so the lanes of
+// disjoint (or overlapping) process sets make progress independently. Run on one thread in
+// turn, every cycle would have to meet all ranks, and a collective of ranks {0, 1} would wait
+// for rank 2's next cycle, up to the idle cycle time when rank 2 is busy computing. Each lane
+// calls MPI only on its own communicator, which MPI_THREAD_MULTIPLE allows concurrently, and
+// each collective waits only for members of its lane, which run the lane's cycles in the same
+// order: lanes cannot deadlock each other.
+//
+// The loop: sleep until something is submitted, run one negotiation cycle, plan fusion over
+// the cycle's work, execute each group, repeat. Entries submitted while a cycle runs are
+// picked up by the next one, which is how tensors arriving together get fused.
+//
+// How long to sleep between cycles:
+// - With work of its own waiting for late peers: kPendingNap, so that the cycle that finds
+//   the work ready everywhere follows the last rank's submission closely.
+// - With nothing pending here: the cycle time (KERASHVD_CYCLE_TIME, default 50 ms), whatever
+//   the other ranks have pending. They can only be waiting for a submission of this rank,
+//   and a submission wakes the loop at once, so no collective ever waits for this sleep; it
+//   only bounds how soon stalls and a peer's shutdown are noticed. A rank that is computing
+//   its next gradients is then woken ~20 times a second by its engine, where a 1 ms idle
+//   cycle (with backoff to 20 ms, reset by every peer's activity) preempted its compute
+//   thread ~150 times a second on 2 ranks sharing 2 cores and slowed every step by ~2%.
+//
+// Shutdown is negotiated like a collective: the lane stops on every member in the same cycle,
+// the first one in which any member asks for it (RequestShutdown), and fails what is pending.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "abort_flag.h"
+#include "backend/backend.h"
+#include "backend/mpi/mpi_context.h"
+#include "config.h"
+#include "control_plane.h"
+#include "controller.h"
+#include "executor.h"
+#include "host_memory_ops.h"
+#include "huge_pages.h"
+#include "tensor_queue.h"
+#include "timeline.h"
+
+namespace kerashvd {
+
+class Lane {
+ public:
+  // Longest nap while waiting for the other ranks in a negotiation with work pending here.
+  static constexpr std::chrono::microseconds kPendingNap{50};
+  // Chooses the executor of a group (the world lane sends GPU groups to the GPU plane).
+  using ExecutorChooser = std::function<Status(const std::vector<WorkItem*>&, Executor* host,
+                                               Executor** out)>;
+
+  // `comm` is this lane's communicator; `world_ranks[i]` is the world rank of its rank i
+  // (used in error messages). `abort` and `timeline` are the engine's and outlive the lane.
+  Lane(int id, const MpiContext* comm, std::vector<int> world_ranks, const Config& config,
+       AbortFlag* abort, Timeline* timeline);
+  ~Lane();
+
+  void set_executor_chooser(ExecutorChooser chooser) { chooser_ = std::move(chooser); }
+  ControlPlane* control() { return control_.get(); }
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+  int id() const { return id_; }
+
+  void Start();
+  // On error (lane stopped) `entry.done` is not called; the caller reports the Status itself.
+  Status Submit(TensorEntry entry);
+  // Asks the members to stop this lane at their next cycle; Join waits for it.
+  void RequestShutdown();
+  void Join();
+  // Ends a wait of the loop early (a peer failed: the loop then stops with the abort status).
+  void Wake() { queue_.Wake(); }
+
+ private:
+  void Loop();
+  void Stop(const Status& reason);
+  std::string ShutdownMessage(const std::vector<int>& ranks) const;
+
+  const int id_;
+  const MpiContext* comm_;
+  const std::vector<int> world_ranks_;
+  const Config config_;
+  AbortFlag* abort_;
+  Timeline* timeline_;
+  std::unique_ptr<ControlPlane> control_;
+  HugePages huge_pages_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Controller> controller_;
+  HostMemoryOps host_memory_;
+  std::unique_ptr<Executor> executor_;
+  ExecutorChooser chooser_;
+  TensorQueue queue_;
+  uint64_t seen_submissions_ = 0;  // lane thread only
+  bool pending_work_ = false;      // lane thread only: this cycle carries work
+  std::thread thread_;
+  std::atomic<bool> shutdown_requested_{false};
+  std::mutex state_mutex_;
+  bool stopped_ = false;
+  Status stop_reason_;
+};
+
+}  // namespace kerashvd
