@@ -1,8 +1,9 @@
 """Collective operations on TensorFlow tensors, eagerly or inside ``tf.function``.
 
-Every function takes the tensor(s) first, then the operation's options, then ``name``. A
-collective is matched across ranks by its name (see ``_names``); every rank must call the
-same collectives with the same names, shapes and dtypes.
+Every function takes the tensor(s) first, then the operation's options, then ``name`` and
+``process_set``. A collective is matched across ranks by its name (see ``_names``); every
+rank of its process set (default: all ranks) must call the same collectives with the same
+names, shapes and dtypes.
 """
 
 import functools
@@ -13,8 +14,9 @@ from . import _names
 from ._xla import check_not_xla
 from ._ops import OPS
 from .compression import Compression
+from .process_sets import global_process_set, resolve, set_size
 from .reduce_ops import Average, Sum, resolve_op
-from .runtime import _require_init, size
+from .runtime import _require_init
 
 _REDUCE_DTYPES = {tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int8, tf.uint8, tf.int32, tf.int64}
 _ALL_DTYPES = _REDUCE_DTYPES | {tf.bool, tf.int16, tf.uint16}
@@ -52,13 +54,12 @@ def _require_rows(tensor, what):
     return tensor
 
 
-def _check_splits(splits, rows, what="alltoall"):
-    """Validates alltoall splits known in Python (a list or an eager tensor)."""
+def _check_splits(splits, rows, n, what="alltoall"):
+    """Validates alltoall splits known in Python (a list or an eager tensor) for n ranks."""
     try:
         values = [int(v) for v in (splits.numpy() if hasattr(splits, "numpy") else splits)]
     except (TypeError, ValueError, AttributeError):
         return  # a symbolic tensor inside tf.function: the kernel checks it at run time
-    n = size()
     if len(values) != n:
         raise ValueError(f"{what}: splits must have one entry per rank ({n}); received "
                          f"{len(values)} entries: {values}")
@@ -81,7 +82,8 @@ def _as_tensor_list(values, what, dtypes):
 
 @_collective
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none,
-              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None):
+              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
+              process_set=global_process_set):
     """Reduces a tensor over all ranks; every rank gets the result.
 
     Args:
@@ -93,6 +95,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
         prescale_factor: multiplies the input before the reduction.
         postscale_factor: multiplies the result after the reduction.
         name: the key ranks match this collective by; default: a call counter.
+        process_set: the ranks that take part (a registered ``kerashvd.ProcessSet``);
+            default all. Average then divides by the set's size.
 
     Returns:
         A tensor of the input's shape and dtype.
@@ -110,30 +114,33 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     """
     _require_init()
     op = resolve_op(op, average)
-    key = _names.tensor_name("allreduce", name)
+    ps = resolve(process_set, "allreduce")
+    key = _names.tensor_name("allreduce", name, ps)
     if isinstance(tensor, tf.IndexedSlices):
-        return _allreduce_indexed_slices(tensor, op, key)
+        return _allreduce_indexed_slices(tensor, op, key, ps)
     tensor = _as_tensor(tensor, "allreduce", _REDUCE_DTYPES)
     compressed, context = compression.compress(tensor)
     reduced = OPS.kerashvd_allreduce(compressed, reduce_op=op, prescale_factor=prescale_factor,
-                                     postscale_factor=postscale_factor, tensor_name=key)
+                                     postscale_factor=postscale_factor, tensor_name=key,
+                                     process_set_id=ps)
     return compression.decompress(reduced, context)
 
 
-def _allreduce_indexed_slices(slices, op, key):
+def _allreduce_indexed_slices(slices, op, key, ps):
     if op not in (Average, Sum):
         raise ValueError("allreduce of tf.IndexedSlices supports op=Average or op=Sum only")
-    values = OPS.kerashvd_allgather(slices.values, tensor_name=key + ".values")
-    indices = OPS.kerashvd_allgather(slices.indices, tensor_name=key + ".indices")
+    values = OPS.kerashvd_allgather(slices.values, tensor_name=key + ".values", process_set_id=ps)
+    indices = OPS.kerashvd_allgather(slices.indices, tensor_name=key + ".indices",
+                                     process_set_id=ps)
     if op == Average:
-        values = values / tf.cast(size(), values.dtype)
+        values = values / tf.cast(set_size(ps), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
 @_collective
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, name=None):
+                      postscale_factor=1.0, name=None, process_set=global_process_set):
     """Reduces a list of tensors of one dtype as one unit, fused into one collective.
 
     Args:
@@ -152,19 +159,21 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     """
     _require_init()
     op = resolve_op(op, average)
-    key = _names.tensor_name("grouped_allreduce", name)
+    ps = resolve(process_set, "grouped_allreduce")
+    key = _names.tensor_name("grouped_allreduce", name, ps)
     tensors = _as_tensor_list(tensors, "grouped_allreduce", _REDUCE_DTYPES)
     if not tensors:
         return []
     pairs = [compression.compress(t) for t in tensors]
     reduced = OPS.kerashvd_grouped_allreduce([p[0] for p in pairs], reduce_op=op,
                                              prescale_factor=prescale_factor,
-                                             postscale_factor=postscale_factor, tensor_name=key)
+                                             postscale_factor=postscale_factor, tensor_name=key,
+                                             process_set_id=ps)
     return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
 
 
 @_collective
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates every rank's tensor along the first dimension, in rank order.
 
     The first dimension may differ between ranks; the others must agree.
@@ -172,6 +181,7 @@ def allgather(tensor, name=None):
     Args:
         tensor: a tensor of rank >= 1.
         name: the key ranks match this collective by.
+        process_set: the ranks that take part (default all), concatenated in rank order.
 
     Returns:
         A tensor whose first dimension is the sum of all ranks' first dimensions.
@@ -183,24 +193,30 @@ def allgather(tensor, name=None):
     True
     """
     _require_init()
+    ps = resolve(process_set, "allgather")
     tensor = _require_rows(_as_tensor(tensor, "allgather", _ALL_DTYPES), "allgather")
-    return OPS.kerashvd_allgather(tensor, tensor_name=_names.tensor_name("allgather", name))
+    return OPS.kerashvd_allgather(tensor, tensor_name=_names.tensor_name("allgather", name, ps),
+                                  process_set_id=ps)
 
 
 @_collective
-def grouped_allgather(tensors, name=None):
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgathers a list of tensors of one dtype as one unit. Returns a list."""
     _require_init()
+    ps = resolve(process_set, "grouped_allgather")
     tensors = [_require_rows(t, "grouped_allgather")
                for t in _as_tensor_list(tensors, "grouped_allgather", _ALL_DTYPES)]
     if not tensors:
         return []
-    return OPS.kerashvd_grouped_allgather(tensors, tensor_name=_names.tensor_name("grouped_allgather", name))
+    return OPS.kerashvd_grouped_allgather(
+        tensors, tensor_name=_names.tensor_name("grouped_allgather", name, ps), process_set_id=ps)
 
 
 @_collective
-def broadcast(tensor, root_rank, name=None):
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Returns ``root_rank``'s value of ``tensor`` on every rank.
+
+    In a process set, ``root_rank`` is the world rank of one of its members (as in Horovod).
 
     Example:
 
@@ -209,31 +225,38 @@ def broadcast(tensor, root_rank, name=None):
     0
     """
     _require_init()
-    _check_root(root_rank)
+    ps = resolve(process_set, "broadcast")
+    _check_root(root_rank, process_set)
     tensor = _as_tensor(tensor, "broadcast", _ALL_DTYPES)
     return OPS.kerashvd_broadcast(tensor, root_rank=root_rank,
-                                  tensor_name=_names.tensor_name("broadcast", name))
+                                  tensor_name=_names.tensor_name("broadcast", name, ps),
+                                  process_set_id=ps)
 
 
 @_collective
-def grouped_broadcast(tensors, root_rank, name=None):
+def grouped_broadcast(tensors, root_rank, name=None, process_set=global_process_set):
     """Broadcasts a list of tensors of one dtype as one unit. Returns a list."""
     _require_init()
-    _check_root(root_rank)
+    ps = resolve(process_set, "grouped_broadcast")
+    _check_root(root_rank, process_set)
     tensors = _as_tensor_list(tensors, "grouped_broadcast", _ALL_DTYPES)
     if not tensors:
         return []
-    return OPS.kerashvd_grouped_broadcast(tensors, root_rank=root_rank,
-                                          tensor_name=_names.tensor_name("grouped_broadcast", name))
+    return OPS.kerashvd_grouped_broadcast(
+        tensors, root_rank=root_rank, tensor_name=_names.tensor_name("grouped_broadcast", name, ps),
+        process_set_id=ps)
 
 
-def _check_root(root_rank):
-    if not isinstance(root_rank, int) or isinstance(root_rank, bool) or not 0 <= root_rank < size():
-        raise ValueError(f"root_rank must be an int in [0, {size()}); received root_rank={root_rank!r}")
+def _check_root(root_rank, process_set):
+    ranks = process_set.ranks if process_set is not None else global_process_set.ranks
+    if not isinstance(root_rank, int) or isinstance(root_rank, bool) or root_rank not in ranks:
+        where = (f"in [0, {len(ranks)})" if process_set in (None, global_process_set)
+                 else f"one of the process set's ranks {ranks}")
+        raise ValueError(f"root_rank must be an int {where}; received root_rank={root_rank!r}")
 
 
 @_collective
-def alltoall(tensor, splits=None, name=None):
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends ``splits[r]`` rows of ``tensor`` to each rank r and receives rows from every rank.
 
     Args:
@@ -241,6 +264,8 @@ def alltoall(tensor, splits=None, name=None):
         splits: rows to send to each rank (length ``size()``, summing to the first
             dimension). Default: equal parts (the first dimension must divide by ``size()``).
         name: the key ranks match this collective by.
+        process_set: the ranks that take part (default all); ``splits`` then has one entry
+            per member, in rank order.
 
     Returns:
         The received rows in rank order when ``splits`` is None; otherwise a pair
@@ -254,23 +279,27 @@ def alltoall(tensor, splits=None, name=None):
     True
     """
     _require_init()
+    ps = resolve(process_set, "alltoall")
+    n = set_size(ps)
     tensor = _require_rows(_as_tensor(tensor, "alltoall", _ALL_DTYPES), "alltoall")
     rows = tensor.shape[0] if tensor.shape.rank else None
     if splits is None:
-        if rows is not None and rows % size() != 0:
+        if rows is not None and rows % n != 0:
             raise ValueError(f"alltoall without splits needs a first dimension divisible by the "
-                             f"number of ranks ({size()}); received {rows} rows. Pass splits= "
+                             f"number of ranks ({n}); received {rows} rows. Pass splits= "
                              "to send uneven parts.")
     else:
-        _check_splits(splits, rows)
+        _check_splits(splits, rows, n)
     split_tensor = tf.zeros([0], tf.int64) if splits is None else tf.cast(splits, tf.int64)
     received, received_splits = OPS.kerashvd_alltoall(
-        tensor, split_tensor, tensor_name=_names.tensor_name("alltoall", name))
+        tensor, split_tensor, tensor_name=_names.tensor_name("alltoall", name, ps),
+        process_set_id=ps)
     return received if splits is None else (received, received_splits)
 
 
 @_collective
-def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
+def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None,
+                  process_set=global_process_set):
     """Reduces over ranks, then rank r keeps its part of the first dimension.
 
     With N rows and n ranks, the first ``N % n`` ranks get ``N // n + 1`` rows, the others
@@ -279,6 +308,8 @@ def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0,
     Args:
         tensor: a tensor of rank >= 1, the same shape on every rank.
         op: ``kerashvd.Average`` (default) or ``kerashvd.Sum``.
+        process_set: the ranks that take part (default all); the rows are split among its
+            members in rank order.
 
     Example:
 
@@ -288,24 +319,28 @@ def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0,
     """
     _require_init()
     op = resolve_op(op, None, allowed=(Average, Sum))
+    ps = resolve(process_set, "reducescatter")
     tensor = _require_rows(_as_tensor(tensor, "reducescatter", _REDUCE_DTYPES), "reducescatter")
     return OPS.kerashvd_reducescatter(tensor, reduce_op=op, prescale_factor=prescale_factor,
                                       postscale_factor=postscale_factor,
-                                      tensor_name=_names.tensor_name("reducescatter", name))
+                                      tensor_name=_names.tensor_name("reducescatter", name, ps),
+                                      process_set_id=ps)
 
 
 @_collective
-def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
+def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None,
+                          process_set=global_process_set):
     """Reducescatter of a list of tensors of one dtype as one unit. Returns a list."""
     _require_init()
     op = resolve_op(op, None, allowed=(Average, Sum))
+    ps = resolve(process_set, "grouped_reducescatter")
     tensors = [_require_rows(t, "grouped_reducescatter")
                for t in _as_tensor_list(tensors, "grouped_reducescatter", _REDUCE_DTYPES)]
     if not tensors:
         return []
     return OPS.kerashvd_grouped_reducescatter(
         tensors, reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-        tensor_name=_names.tensor_name("grouped_reducescatter", name))
+        tensor_name=_names.tensor_name("grouped_reducescatter", name, ps), process_set_id=ps)
 
 
 @_collective
@@ -324,7 +359,8 @@ def join():
 
 
 @_collective
-def barrier():
-    """Waits until every rank has reached this barrier."""
+def barrier(process_set=global_process_set):
+    """Waits until every rank (of ``process_set``, default all) has reached this barrier."""
     _require_init()
-    OPS.kerashvd_barrier(tensor_name=_names.tensor_name("barrier"))
+    ps = resolve(process_set, "barrier")
+    OPS.kerashvd_barrier(tensor_name=_names.tensor_name("barrier", None, ps), process_set_id=ps)

@@ -8,10 +8,11 @@ import tensorflow as tf
 
 from . import _names
 from .collectives import allgather, broadcast, grouped_broadcast
-from .runtime import _require_init, size
+from .process_sets import global_process_set, resolve, set_size
+from .runtime import _require_init
 
 
-def broadcast_variables(variables, root_rank, name=None):
+def broadcast_variables(variables, root_rank, name=None, process_set=global_process_set):
     """Assigns ``root_rank``'s values to ``variables`` on every rank.
 
     Variables are grouped by dtype, one grouped broadcast per dtype.
@@ -20,6 +21,7 @@ def broadcast_variables(variables, root_rank, name=None):
         variables: ``tf.Variable``/``keras.Variable`` objects, in the same order on every rank.
         root_rank: the rank whose values win.
         name: a prefix for the collectives' names.
+        process_set: the ranks that take part (default all); ``root_rank`` is a world rank.
 
     Example:
 
@@ -33,16 +35,18 @@ def broadcast_variables(variables, root_rank, name=None):
     by_dtype = {}
     for index, v in enumerate(variables):
         by_dtype.setdefault(tf.as_dtype(v.dtype).name, []).append(index)
-    prefix = _names.tensor_name("broadcast_variables", name)
+    prefix = _names.tensor_name("broadcast_variables", name,
+                                resolve(process_set, "broadcast_variables"))
     for dtype_name in sorted(by_dtype):
         indices = by_dtype[dtype_name]
         values = grouped_broadcast([tf.convert_to_tensor(variables[i]) for i in indices],
-                                   root_rank, name=f"{prefix}.{dtype_name}")
+                                   root_rank, name=f"{prefix}.{dtype_name}",
+                                   process_set=process_set)
         for i, value in zip(indices, values):
             variables[i].assign(value)
 
 
-def broadcast_object(obj, root_rank=0, name=None):
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Returns ``root_rank``'s Python object on every rank (pickled with cloudpickle).
 
     Example:
@@ -53,16 +57,17 @@ def broadcast_object(obj, root_rank=0, name=None):
     """
     _require_init()
     from .runtime import rank
-    key = _names.tensor_name("broadcast_object", name)
+    key = _names.tensor_name("broadcast_object", name, resolve(process_set, "broadcast_object"))
     payload = cloudpickle.dumps(obj) if rank() == root_rank else b""
-    length = broadcast(tf.constant([len(payload)], tf.int64), root_rank, name=key + ".size")
+    length = broadcast(tf.constant([len(payload)], tf.int64), root_rank, name=key + ".size",
+                       process_set=process_set)
     data = np.frombuffer(payload, np.uint8) if rank() == root_rank else np.zeros(int(length[0]), np.uint8)
-    data = broadcast(tf.constant(data), root_rank, name=key + ".data")
+    data = broadcast(tf.constant(data), root_rank, name=key + ".data", process_set=process_set)
     return cloudpickle.loads(data.numpy().tobytes())
 
 
-def allgather_object(obj, name=None):
-    """Returns the list of every rank's Python object, in rank order.
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Returns the list of every rank's (every member's) Python object, in rank order.
 
     Example:
 
@@ -71,13 +76,15 @@ def allgather_object(obj, name=None):
     True
     """
     _require_init()
-    key = _names.tensor_name("allgather_object", name)
+    ps = resolve(process_set, "allgather_object")
+    key = _names.tensor_name("allgather_object", name, ps)
     payload = np.frombuffer(cloudpickle.dumps(obj), np.uint8)
-    sizes = allgather(tf.constant([payload.size], tf.int64), name=key + ".size").numpy()
-    data = allgather(tf.constant(payload), name=key + ".data").numpy().tobytes()
+    sizes = allgather(tf.constant([payload.size], tf.int64), name=key + ".size",
+                      process_set=process_set).numpy()
+    data = allgather(tf.constant(payload), name=key + ".data", process_set=process_set).numpy().tobytes()
     out, offset = [], 0
     for n in sizes:
         out.append(cloudpickle.loads(data[offset:offset + int(n)]))
         offset += int(n)
-    assert len(out) == size()
+    assert len(out) == set_size(ps)
     return out

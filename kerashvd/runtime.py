@@ -17,7 +17,7 @@ def _require_init():
             "(after kerashvd.shutdown(), call init() again).")
 
 
-def init(**settings):
+def init(process_sets=None, **settings):
     """Starts kerashvd in this process: MPI, and the engine's background thread.
 
     Works under ``kerashvdrun``, ``mpiexec``, ``srun`` and as a single process under plain
@@ -26,6 +26,10 @@ def init(**settings):
     op yet (``KERASHVD_TF_THREAD_SPINNING``, see ``kerashvd.tf_threads``).
 
     Args:
+        process_sets: process sets to register (``kerashvd.ProcessSet`` objects or lists of
+            ranks), the same list on every rank; they get ids 1, 2, ... in this order. The
+            string ``"dynamic"`` is accepted for Horovod compatibility: sets can always be
+            added later with ``kerashvd.add_process_set``.
         **settings: engine settings overriding their ``KERASHVD_*`` variables:
             ``fusion_threshold_bytes``, ``cycle_time_ms``, ``cache_capacity``,
             ``stall_check_seconds``, ``stall_shutdown_seconds``, ``peer_timeout_seconds``.
@@ -41,15 +45,24 @@ def init(**settings):
     >>> hvd.rank() < hvd.size()
     True
     """
+    from . import process_sets as _process_sets
+
     if _core.is_initialized():
-        if settings:
+        if settings or process_sets not in (None, "dynamic"):
             raise ValueError(
-                "kerashvd is already initialized; settings can only be given to the first "
-                f"init(). Call kerashvd.shutdown() first to change them. Received: {settings}")
+                "kerashvd is already initialized; settings and process sets can only be given "
+                "to the first init() (add sets with kerashvd.add_process_set). Call "
+                f"kerashvd.shutdown() first to change them. Received: {settings}, "
+                f"process_sets={process_sets!r}")
         return
     _core.init(build_config(settings))
     # Several ranks per host: TensorFlow's idle threads must not spin (see tf_threads).
     tf_threads.apply(_core.local_size())
+    try:
+        _process_sets._register_at_init(process_sets)
+    except BaseException:
+        shutdown()  # every rank fails the same registration, so every rank gets here
+        raise
 
 
 def shutdown():
@@ -61,7 +74,10 @@ def shutdown():
     >>> hvd.init(); hvd.shutdown(); hvd.is_initialized()
     False
     """
+    from . import process_sets as _process_sets
+
     _core.shutdown()
+    _process_sets._forget_all()
 
 
 def is_initialized():

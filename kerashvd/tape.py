@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from .compression import Compression
 from .optimizer.reduction import GradientReducer, check_not_xla
+from .process_sets import global_process_set
 from .reduce_ops import Average
 
 
@@ -30,6 +31,8 @@ class DistributedGradientTape:
             time need distinct names.
         scale_local_gradients: divide the gradients of sources registered with
             :meth:`register_local_source` by ``size()`` (default True, as in Horovod).
+        process_set: reduce among these ranks only (a registered ``kerashvd.ProcessSet``;
+            default all); outside it ``gradient()`` returns the local gradients.
 
     Raises:
         ValueError: for an invalid argument. ``gradient()`` raises ValueError inside an
@@ -50,14 +53,15 @@ class DistributedGradientTape:
 
     def __init__(self, tape, device_dense="", device_sparse="", compression=Compression.none,
                  sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                 groups=None, name=None, scale_local_gradients=True):
+                 groups=None, name=None, scale_local_gradients=True,
+                 process_set=global_process_set):
         if not isinstance(tape, tf.GradientTape):
             raise TypeError("DistributedGradientTape wraps a tf.GradientTape; received "
                             f"{type(tape).__name__}")
         self._tape = tape
         self._reducer = GradientReducer(name or "DistributedGradientTape", compression,
                                         sparse_as_dense, op, gradient_predivide_factor,
-                                        num_groups, groups, scale_local_gradients)
+                                        num_groups, groups, scale_local_gradients, process_set)
 
     def register_local_source(self, source):
         """Keeps ``source``'s gradient on this rank: ``gradient()`` returns it unreduced.

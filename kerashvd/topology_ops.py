@@ -14,19 +14,16 @@ from ._ops import OPS
 from .runtime import _require_init
 
 __all__ = ["rank_op", "size_op", "local_rank_op", "local_size_op", "cross_rank_op",
-           "cross_size_op"]
+           "cross_size_op", "process_set_included_op"]
 
 
-def _topology(what, name):
+def _topology(what, name, process_set_id=0):
     if tf.executing_eagerly():
         _require_init()
-    return OPS.kerashvd_topology(what=what, name=name)
-
-
-def _check_process_set(process_set_id):
-    if process_set_id != 0:
-        raise ValueError("kerashvd has one process set, the global one (id 0); received "
-                         f"process_set_id={process_set_id!r}")
+    if not isinstance(process_set_id, int) or isinstance(process_set_id, bool) or process_set_id < 0:
+        raise ValueError(f"process_set_id must be an int >= 0 (a ProcessSet's process_set_id); "
+                         f"received {process_set_id!r}")
+    return OPS.kerashvd_topology(what=what, process_set_id=process_set_id, name=name)
 
 
 def rank_op(name=None):
@@ -35,13 +32,16 @@ def rank_op(name=None):
 
 
 def size_op(process_set_id=0, name=None):
-    """The number of processes, as an int32 scalar tensor.
+    """The number of processes (of the process set with that id), as an int32 scalar tensor.
 
-    Raises:
-        ValueError: for a ``process_set_id`` other than 0 (the global set, the only one).
+    An id that is not registered fails when the op runs (``InvalidArgumentError``).
     """
-    _check_process_set(process_set_id)
-    return _topology("size", name)
+    return _topology("size", name, process_set_id)
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    """1 if this process is in the process set with that id, else 0, as an int32 scalar tensor."""
+    return _topology("process_set_included", name, process_set_id)
 
 
 def local_rank_op(name=None):

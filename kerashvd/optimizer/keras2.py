@@ -34,6 +34,7 @@ import tf_keras
 from tf_keras.mixed_precision import LossScaleOptimizer
 
 from ..compression import Compression
+from ..process_sets import global_process_set
 from ..reduce_ops import Average
 from .aggregation import LocalAggregator
 from .reduction import GradientReducer, ReducerSettings, check_not_xla
@@ -85,7 +86,8 @@ class DistributedOptimizer(ReducerSettings, tf_keras.optimizers.Optimizer):
     def __init__(self, optimizer, name=None, device_dense="", device_sparse="",
                  compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                 num_groups=0, groups=None, scale_local_gradients=True):
+                 num_groups=0, groups=None, scale_local_gradients=True,
+                 process_set=global_process_set):
         if isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
             raise TypeError(
                 "kerashvd.DistributedOptimizer does not wrap tf_keras' legacy optimizers "
@@ -112,7 +114,7 @@ class DistributedOptimizer(ReducerSettings, tf_keras.optimizers.Optimizer):
         self.average_aggregated_gradients = bool(average_aggregated_gradients)
         self._reducer = self._no_dependency(GradientReducer(
             name, compression, sparse_as_dense, op, gradient_predivide_factor, num_groups, groups,
-            scale_local_gradients))
+            scale_local_gradients, process_set))
         self._aggregator = self._no_dependency(
             LocalAggregator(backward_passes_per_step, average_aggregated_gradients)
             if backward_passes_per_step > 1 else None)

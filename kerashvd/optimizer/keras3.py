@@ -27,6 +27,7 @@ import tensorflow as tf
 from keras.optimizers import LossScaleOptimizer
 
 from ..compression import Compression
+from ..process_sets import global_process_set
 from ..reduce_ops import Average
 from .aggregation import LocalAggregator
 from .reduction import GradientReducer, ReducerSettings, check_not_xla
@@ -83,6 +84,9 @@ class DistributedOptimizer(ReducerSettings, _KerasOptimizer):
             group; variables in no list form a group each. Not serialized by ``get_config``.
         scale_local_gradients: divide the gradients of variables registered with
             :meth:`register_local_var` by ``size()`` (default True, as in Horovod).
+        process_set: reduce among these ranks only (a registered ``kerashvd.ProcessSet``;
+            default all). Ranks outside it apply their own gradients unreduced, as in
+            Horovod. Not serialized by ``get_config``.
 
     Raises:
         TypeError: when ``optimizer`` is not a Keras optimizer.
@@ -119,7 +123,8 @@ class DistributedOptimizer(ReducerSettings, _KerasOptimizer):
     def __init__(self, optimizer, name=None, device_dense="", device_sparse="",
                  compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                 num_groups=0, groups=None, scale_local_gradients=True):
+                 num_groups=0, groups=None, scale_local_gradients=True,
+                 process_set=global_process_set):
         if not isinstance(optimizer, _KerasOptimizer):
             raise TypeError("DistributedOptimizer wraps a keras.optimizers.Optimizer (Keras 3) "
                             "or a tf_keras.optimizers.Optimizer (Keras 2); received "
@@ -151,7 +156,7 @@ class DistributedOptimizer(ReducerSettings, _KerasOptimizer):
         self.average_aggregated_gradients = bool(average_aggregated_gradients)
         self._reducer = GradientReducer(name, compression, sparse_as_dense, op,
                                         gradient_predivide_factor, num_groups, groups,
-                                        scale_local_gradients)
+                                        scale_local_gradients, process_set)
         self._aggregator = (LocalAggregator(backward_passes_per_step, average_aggregated_gradients)
                             if backward_passes_per_step > 1 else None)
         self._order_checked = False

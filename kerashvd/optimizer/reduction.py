@@ -26,6 +26,10 @@ TF graph names:
    same variables (positions), or the groups' shapes differ and the collective fails with
    an error naming them.
 
+6. With a ``process_set``, the collectives run among its members and ``size()`` above means
+   the set's size; on a rank outside the set every gradient is returned as it is (Horovod's
+   rule), so such a rank trains on its own.
+
 Grouping changes how tensors are batched on the wire, never the arithmetic: the engine sums
 every element in rank order whatever its group, so all groupings give bit-identical results.
 """
@@ -34,8 +38,8 @@ import tensorflow as tf
 
 from .. import collectives as _collectives
 from ..compression import Compression, Compressor
+from ..process_sets import global_process_set, resolve, set_size
 from ..reduce_ops import Average, Sum, op_name
-from ..runtime import size
 from .._xla import check_not_xla  # noqa: F401  (re-exported)
 
 
@@ -55,6 +59,7 @@ class ReducerSettings:
     num_groups = property(lambda self: self._reducer.num_groups)
     groups = property(lambda self: self._reducer.groups)
     scale_local_gradients = property(lambda self: self._reducer.scale_local_gradients)
+    process_set = property(lambda self: self._reducer.process_set)
 
     def register_local_var(self, var):
         """Keeps ``var``'s gradient on this rank: it is applied without any collective.
@@ -81,6 +86,8 @@ class GradientReducer:
         num_groups: cut dense gradients into this many groups (0: one group).
         groups: an int (same as ``num_groups``) or a list of lists of variables.
         scale_local_gradients: divide the gradients of local variables by ``size()``.
+        process_set: the ranks that reduce together (a registered ``kerashvd.ProcessSet``;
+            default all).
 
     Raises:
         ValueError: for an unsupported ``op``, a bad factor, bad or conflicting groups.
@@ -89,7 +96,7 @@ class GradientReducer:
 
     def __init__(self, prefix, compression=Compression.none, sparse_as_dense=False, op=Average,
                  gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                 scale_local_gradients=True):
+                 scale_local_gradients=True, process_set=global_process_set):
         if op not in (Average, Sum):
             raise ValueError("Distributed gradients support op=kerashvd.Average or "
                              f"op=kerashvd.Sum; received op={op_name(op)}")
@@ -140,6 +147,12 @@ class GradientReducer:
         self.num_groups = num_groups
         self.groups = groups
         self.scale_local_gradients = bool(scale_local_gradients)
+        if process_set is None:
+            process_set = global_process_set
+        if not hasattr(process_set, "included"):
+            raise TypeError("process_set must be a kerashvd.ProcessSet; received "
+                            f"process_set={process_set!r}")
+        self.process_set = process_set
         self._local = {}  # id(variable) -> variable (held, so that the id is not reused)
 
     def register_local(self, variable):
@@ -166,12 +179,16 @@ class GradientReducer:
         return (bool(self._local) and variables is not None and index < len(variables)
                 and id(variables[index]) in self._local)
 
+    def _size(self):
+        return set_size(self.process_set.process_set_id)
+
     def _scale_local(self, grad):
-        if not self.scale_local_gradients or size() == 1:
+        n = self._size()
+        if not self.scale_local_gradients or n == 1:
             return grad
         if isinstance(grad, tf.IndexedSlices):
-            return tf.IndexedSlices(grad.values / size(), grad.indices, grad.dense_shape)
-        return grad / size()
+            return tf.IndexedSlices(grad.values / n, grad.indices, grad.dense_shape)
+        return grad / n
 
     @tf.autograph.experimental.do_not_convert
     def reduce(self, grads, variables=None):
@@ -186,6 +203,8 @@ class GradientReducer:
             unless ``sparse_as_dense``.
         """
         grads = list(grads)
+        if not self.process_set.included():
+            return grads  # rule 6
         out = [None] * len(grads)
         dense = []
         for index, g in enumerate(grads):
@@ -237,11 +256,12 @@ class GradientReducer:
         if self.op == Average and self.gradient_predivide_factor != 1.0:
             f = self.gradient_predivide_factor
             return _collectives.grouped_allreduce(
-                tensors, op=Sum, prescale_factor=1.0 / f, postscale_factor=f / size(),
-                compression=self.compression, name=name)
+                tensors, op=Sum, prescale_factor=1.0 / f, postscale_factor=f / self._size(),
+                compression=self.compression, name=name, process_set=self.process_set)
         return _collectives.grouped_allreduce(tensors, op=self.op, compression=self.compression,
-                                              name=name)
+                                              name=name, process_set=self.process_set)
 
     def _reduce_sparse(self, slices, index):
         # The scale factors cancel for an Average; allgather divides by size().
-        return _collectives.allreduce(slices, op=self.op, name=f"{self.prefix}.sparse{index}")
+        return _collectives.allreduce(slices, op=self.op, name=f"{self.prefix}.sparse{index}",
+                                      process_set=self.process_set)

@@ -219,6 +219,17 @@ Status Engine::AddProcessSet(const std::vector<int>& ranks, int* id) {
   request[0] = kAddSet;
   for (int r : ranks) request[2 + r / 64] |= uint64_t{1} << (r % 64);
   KERASHVD_RETURN_IF_ERROR(AgreeOnRegistration(request, "add_process_set"));
+  // Checked after the agreement, so that every rank gives the same answer.
+  if (static_cast<int>(ranks.size()) == size)
+    return Status::InvalidArgument("a process set with all ranks " + RankList(ranks) +
+                                   " is the global process set (id 0); use it instead");
+  {
+    std::lock_guard<std::mutex> lock(sets_mutex_);
+    for (const auto& [existing, set] : sets_)
+      if (set->ranks == ranks)
+        return Status::InvalidArgument("a process set with ranks " + RankList(ranks) +
+                                       " already exists (id " + std::to_string(existing) + ")");
+  }
 
   auto set = std::make_shared<SetEntry>();
   set->ranks = ranks;

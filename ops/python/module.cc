@@ -62,6 +62,24 @@ PYBIND11_MODULE(_core, m) {
     py::gil_scoped_release release;
     if (auto engine = kerashvd::CurrentEngine()) engine->StopTimeline();
   });
+  m.def("add_process_set", [](const std::vector<int>& ranks) {
+    int id = 0;
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = Engine()->AddProcessSet(ranks, &id);
+    }
+    RaiseIfError(status);
+    return id;
+  });
+  m.def("remove_process_set", [](int id) {
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = Engine()->RemoveProcessSet(id);
+    }
+    RaiseIfError(status);
+  });
   m.def("is_initialized", [] { return kerashvd::CurrentEngine() != nullptr; });
   m.def("rank", [] { return Engine()->mpi().rank(); });
   m.def("size", [] { return Engine()->mpi().size(); });

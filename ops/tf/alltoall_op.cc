@@ -11,6 +11,7 @@ using ::tensorflow::shape_inference::ShapeHandle;
 REGISTER_OP("KerashvdAlltoall")
     .Attr("T: {half, bfloat16, float, double, int8, uint8, int16, uint16, int32, int64, bool}")
     .Attr("tensor_name: string")
+    .Attr("process_set_id: int = 0")
     .Input("tensor: T")
     .Input("splits: int64")
     .Output("received: T")

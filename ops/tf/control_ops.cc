@@ -14,6 +14,7 @@ REGISTER_OP("KerashvdJoin")
 
 REGISTER_OP("KerashvdBarrier")
     .Attr("tensor_name: string")
+    .Attr("process_set_id: int = 0")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
     .Doc("Waits until every rank has reached the barrier.");

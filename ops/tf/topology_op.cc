@@ -11,24 +11,34 @@ namespace kerashvd {
 namespace tf {
 
 REGISTER_OP("KerashvdTopology")
-    .Attr("what: {'rank', 'size', 'local_rank', 'local_size', 'cross_rank', 'cross_size'}")
+    .Attr("what: {'rank', 'size', 'local_rank', 'local_size', 'cross_rank', 'cross_size', "
+          "'process_set_included'}")
+    .Attr("process_set_id: int = 0")
     .Output("value: int32")
     .SetIsStateful()  // the value belongs to the running engine: never constant-folded
     .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
-    .Doc("This process's place in the job, read from the running engine.");
+    .Doc("This process's place in the job, read from the running engine. With a process set: "
+         "'rank' and 'size' count within the set (rank -1 outside it), and "
+         "'process_set_included' is 1 for its members and 0 otherwise.");
 
 class TopologyKernel : public tfw::OpKernel {
  public:
   explicit TopologyKernel(tfw::OpKernelConstruction* context) : OpKernel(context) {
     OP_REQUIRES_OK(context, context->GetAttr("what", &what_));
+    OP_REQUIRES_OK(context, context->GetAttr("process_set_id", &process_set_));
   }
 
   void Compute(tfw::OpKernelContext* context) override {
     std::shared_ptr<Engine> engine;
     OP_REQUIRES_OK(context, ToAbsl(RequireEngine(&engine)));
     const MpiContext& mpi = engine->mpi();
+    ProcessSetView set;
+    OP_REQUIRES_OK(context, ToAbsl(engine->ProcessSet(process_set_, &set)));
     int value = 0;
-    if (what_ == "rank") value = mpi.rank();
+    if (what_ == "process_set_included") value = set.rank >= 0 ? 1 : 0;
+    else if (what_ == "rank" && process_set_ != 0) value = set.rank;
+    else if (what_ == "size" && process_set_ != 0) value = static_cast<int>(set.ranks.size());
+    else if (what_ == "rank") value = mpi.rank();
     else if (what_ == "size") value = mpi.size();
     else if (what_ == "local_rank") value = mpi.local_rank();
     else if (what_ == "local_size") value = mpi.local_size();
@@ -41,6 +51,7 @@ class TopologyKernel : public tfw::OpKernel {
 
  private:
   std::string what_;
+  int process_set_ = 0;
 };
 
 REGISTER_KERNEL_BUILDER(Name("KerashvdTopology").Device(tfw::DEVICE_CPU), TopologyKernel);

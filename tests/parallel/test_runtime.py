@@ -39,4 +39,6 @@ def test_topology_ops_read_the_engine_when_they_run(hvd):
     import pytest
 
     with pytest.raises(ValueError, match="process_set_id"):
-        hvd.size_op(process_set_id=1)
+        hvd.size_op(process_set_id=-1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="process set 999 is not registered"):
+        hvd.size_op(process_set_id=999)

@@ -1,0 +1,229 @@
+"""Process sets: collectives among a subset of the ranks, as in Horovod.
+
+Every collective takes ``process_set=`` (default :data:`global_process_set`, all ranks). A
+set's collectives run among its members only, on their own communicator and background
+thread, so collectives of different sets run concurrently and do not wait for each other.
+
+Sets are registered collectively: every rank registers the same sets in the same order,
+members or not, either at ``init(process_sets=[...])`` or later with
+:func:`add_process_set` (Horovod's "dynamic" process sets, always available here), and
+removes them the same way with :func:`remove_process_set`. Ranks that disagree, or a rank
+that never calls, get an error on every rank after the peer timeout, not a hang.
+
+Inside a set, ``root_rank`` (broadcast) is a world rank, as in Horovod; ``Average`` divides
+by the set's size; allgather, alltoall and reducescatter order their parts by world rank.
+
+Example:
+
+>>> import kerashvd as hvd
+>>> hvd.init()
+>>> evens = hvd.add_process_set(range(0, hvd.size(), 2))
+>>> if evens.included():
+...     total = hvd.allreduce(tf.constant(1.0), op=hvd.Sum, process_set=evens)  # evens.size()
+>>> hvd.remove_process_set(evens)
+True
+"""
+
+import threading
+
+from . import _core
+from .runtime import _require_init, rank, size
+
+__all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set"]
+
+_lock = threading.Lock()
+_registered = {}  # process_set_id -> ProcessSet (not the global one)
+
+
+class ProcessSet:
+    """A group of ranks that run collectives among themselves.
+
+    Args:
+        ranks: the world ranks of the members (any iterable of distinct ints). They are kept
+            in ascending order, which is the order of the members' parts in allgather,
+            alltoall and reducescatter.
+
+    Attributes:
+        ranks: the members' world ranks, ascending.
+        process_set_id: the id given at registration (0 for the global set; None while not
+            registered).
+
+    Raises:
+        TypeError: for ranks that are not ints (mpi4py communicators are not accepted: pass
+            the ranks, e.g. ``comm.allgather(MPI.COMM_WORLD.rank)``).
+        ValueError: for an empty or repeated rank list, or negative ranks.
+
+    Example:
+
+    >>> ps = hvd.ProcessSet([2, 0])
+    >>> ps.ranks
+    [0, 2]
+    """
+
+    def __init__(self, ranks):
+        if hasattr(ranks, "Get_group"):
+            raise TypeError("ProcessSet takes a list of world ranks; an MPI communicator is not "
+                            "accepted. Pass comm.allgather(MPI.COMM_WORLD.rank) instead.")
+        try:
+            values = list(ranks)
+        except TypeError:
+            raise TypeError(f"ProcessSet needs an iterable of ranks; received {ranks!r}") from None
+        for r in values:
+            if not isinstance(r, int) or isinstance(r, bool):
+                raise TypeError(f"ProcessSet ranks must be ints; received {values!r}")
+        if not values:
+            raise ValueError("a process set needs at least one rank; received []")
+        if len(set(values)) != len(values) or min(values) < 0:
+            raise ValueError(f"ProcessSet ranks must be distinct and >= 0; received {values!r}")
+        self.ranks = sorted(values)
+        self.process_set_id = None
+
+    def _check_registered(self):
+        _require_init()
+        if self.process_set_id is None:
+            raise ValueError(f"{self!r} is not registered: pass it to "
+                             "kerashvd.init(process_sets=[...]) or kerashvd.add_process_set().")
+
+    def size(self):
+        """Returns the number of members."""
+        self._check_registered()
+        return len(self.ranks)
+
+    def rank(self):
+        """Returns this process's index among the members, or -1 when it is not one."""
+        self._check_registered()
+        me = rank()
+        return self.ranks.index(me) if me in self.ranks else -1
+
+    def included(self):
+        """Returns whether this process is a member."""
+        return self.rank() >= 0
+
+    def __repr__(self):
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+
+    def __eq__(self, other):
+        return (isinstance(other, ProcessSet) and self.ranks == other.ranks
+                and self.process_set_id == other.process_set_id)
+
+    def __hash__(self):
+        return hash((tuple(self.ranks), self.process_set_id))
+
+
+class _GlobalProcessSet(ProcessSet):
+    """All ranks (process set 0); its ranks are read from the running job."""
+
+    def __init__(self):
+        self.process_set_id = 0
+
+    @property
+    def ranks(self):
+        return list(range(size())) if _core.is_initialized() else []
+
+    def size(self):
+        return size()
+
+    def rank(self):
+        return rank()
+
+    def __eq__(self, other):
+        return isinstance(other, _GlobalProcessSet)
+
+    def __hash__(self):
+        return hash(0)
+
+
+global_process_set = _GlobalProcessSet()
+
+
+def add_process_set(process_set):
+    """Registers a process set; every rank must call it with the same ranks, in the same order.
+
+    Args:
+        process_set: a :class:`ProcessSet` (not yet registered) or a list of world ranks.
+
+    Returns:
+        The registered :class:`ProcessSet`, with its ``process_set_id``.
+
+    Raises:
+        ValueError: for a rank outside ``[0, size())``, a set already registered, one equal to
+            an existing set, or when the ranks disagree about the call (raised on every rank).
+        RuntimeError: when some rank does not call it within the peer timeout.
+
+    Example:
+
+    >>> odds = hvd.add_process_set([r for r in range(hvd.size()) if r % 2])
+    """
+    _require_init()
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if isinstance(ps, _GlobalProcessSet) or ps.process_set_id is not None:
+        raise ValueError(f"{ps!r} is already registered")
+    if ps.ranks[-1] >= size():
+        raise ValueError(f"ProcessSet ranks must be in [0, {size()}); received {ps.ranks}")
+    with _lock:
+        # The engine compares all ranks' calls first, then refuses duplicates on every rank.
+        ps.process_set_id = _core.add_process_set(ps.ranks)
+        _registered[ps.process_set_id] = ps
+    return ps
+
+
+def remove_process_set(process_set):
+    """Unregisters a process set; every rank must call it, in the same order as the others.
+
+    Collectives of the set still pending fail. The global set cannot be removed.
+
+    Returns:
+        True if the set was removed, False if it was not registered (or is the global set).
+    """
+    _require_init()
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError(f"remove_process_set needs a ProcessSet; received {process_set!r}")
+    with _lock:
+        if process_set.process_set_id not in _registered:
+            return False
+        _core.remove_process_set(process_set.process_set_id)
+        del _registered[process_set.process_set_id]
+        process_set.process_set_id = None
+    return True
+
+
+def _register_at_init(process_sets):
+    """init()'s ``process_sets``: a list of ProcessSets or rank lists, or "dynamic"."""
+    if process_sets is None or process_sets == "dynamic":
+        return
+    if isinstance(process_sets, (str, ProcessSet)) or not hasattr(process_sets, "__iter__"):
+        raise ValueError("init(process_sets=...) takes a list of ProcessSet objects (or rank "
+                         f"lists), or \"dynamic\"; received {process_sets!r}")
+    for ps in process_sets:
+        add_process_set(ps)
+
+
+def _forget_all():
+    """Called by shutdown(): the engine's sets are gone, and their objects unregistered."""
+    with _lock:
+        for ps in _registered.values():
+            ps.process_set_id = None
+        _registered.clear()
+
+
+def resolve(process_set, what):
+    """The id of a collective's ``process_set``, checked: registered, with this rank a member."""
+    if process_set is None or isinstance(process_set, _GlobalProcessSet):
+        return 0
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError(f"{what}: process_set must be a kerashvd.ProcessSet; received "
+                        f"{process_set!r}")
+    if not process_set.included():
+        raise ValueError(f"{what}: rank {rank()} is not in {process_set!r}; only its members "
+                         "may call its collectives (check process_set.included()).")
+    return process_set.process_set_id
+
+
+def set_size(process_set_id):
+    """Members of a registered process set (the world size for 0)."""
+    return size() if process_set_id == 0 else len(_registered[process_set_id].ranks)
+
+
+def set_rank(process_set_id):
+    """This rank's index in a registered process set (-1 outside it)."""
+    return rank() if process_set_id == 0 else _registered[process_set_id].rank()
