@@ -207,6 +207,54 @@ def test_kerashvd_run_raises_rank_error_naming_a_killed_rank(job_dir, monkeypatc
     _assert_nothing_left(job_dir)
 
 
+def test_rank_killed_during_a_process_set_collective(job_dir, monkeypatch):
+    """Rank 1 dies while rank 0 waits for it in a collective of the set {0, 1}; rank 2 is
+    not a member. Rank 0's collective fails at once, naming rank 1."""
+    import tempfile
+
+    import kerashvd
+    from kerashvd.launcher import RankError
+
+    monkeypatch.setattr(tempfile, "tempdir", job_dir)
+    report = os.path.join(job_dir, "rank0.txt")
+
+    def train(report):
+        import os
+        import signal
+        import time
+
+        import tensorflow as tf
+
+        import kerashvd as hvd
+
+        pair = hvd.ProcessSet([0, 1])
+        hvd.init(process_sets=[pair])
+        if pair.included():
+            hvd.allreduce(tf.ones([2]), process_set=pair, name="up")
+        if hvd.rank() == 1:
+            time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if hvd.rank() == 0:
+            start = time.monotonic()
+            try:
+                hvd.allreduce(tf.ones([2]), process_set=pair, name="never_completes")
+            except Exception as err:  # noqa: BLE001  (the test reads what was raised)
+                with open(report, "w") as f:
+                    f.write(f"{time.monotonic() - start:.2f}\n{type(err).__name__}: {err}")
+        time.sleep(120)
+
+    with pytest.raises(RankError) as info:
+        kerashvd.run(train, np=3, args=(report,),
+                     env={"KERASHVD_PEER_TIMEOUT": "10", "OMP_NUM_THREADS": "1",
+                          "TF_CPP_MIN_LOG_LEVEL": "3"}, verbose=False)
+    assert info.value.rank == 1, str(info.value)
+    with open(report) as f:
+        seconds, message = f.read().split("\n", 1)
+    assert message.startswith("AbortedError") and "rank 1 exited or was killed" in message, message
+    assert float(seconds) < 10, f"rank 0 waited {seconds} s"
+    _assert_nothing_left(job_dir)
+
+
 # ------------------------------------------------------- a rank raises, a rank freezes
 
 
