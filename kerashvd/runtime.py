@@ -17,7 +17,7 @@ def _require_init():
             "(after kerashvd.shutdown(), call init() again).")
 
 
-def init(process_sets=None, **settings):
+def init(comm=None, process_sets=None, **settings):
     """Starts kerashvd in this process: MPI, and the engine's background thread.
 
     Works under ``kerashvdrun``, ``mpiexec``, ``srun`` and as a single process under plain
@@ -26,6 +26,8 @@ def init(process_sets=None, **settings):
     op yet (``KERASHVD_TF_THREAD_SPINNING``, see ``kerashvd.tf_threads``).
 
     Args:
+        comm: Horovod's argument: None or ``mpi4py.MPI.COMM_WORLD`` (kerashvd always runs on
+            all ranks of the MPI world; use ``process_sets`` for collectives among a subset).
         process_sets: process sets to register (``kerashvd.ProcessSet`` objects or lists of
             ranks), the same list on every rank; they get ids 1, 2, ... in this order. The
             string ``"dynamic"`` is accepted for Horovod compatibility: sets can always be
@@ -47,6 +49,7 @@ def init(process_sets=None, **settings):
     """
     from . import process_sets as _process_sets
 
+    _check_comm(comm)
     if _core.is_initialized():
         if settings or process_sets not in (None, "dynamic"):
             raise ValueError(
@@ -63,6 +66,22 @@ def init(process_sets=None, **settings):
     except BaseException:
         shutdown()  # every rank fails the same registration, so every rank gets here
         raise
+
+
+def _check_comm(comm):
+    if comm is None:
+        return
+    try:
+        from mpi4py import MPI
+
+        world = MPI.Comm.Compare(comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
+    except Exception:  # noqa: BLE001  (not an mpi4py communicator, or no mpi4py)
+        world = False
+    if not world:
+        raise ValueError(
+            "kerashvd.init(comm=...) accepts only None or MPI.COMM_WORLD: kerashvd runs on all "
+            "ranks of the MPI world. For collectives among some ranks, register them as a "
+            f"process set (init(process_sets=[...])). Received comm={comm!r}")
 
 
 def shutdown():

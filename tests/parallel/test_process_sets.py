@@ -291,3 +291,14 @@ def test_removed_set_fails_clearly(hvd, sets):
         hvd.allreduce(tf.constant(1.0), process_set=ps)
     with pytest.raises(tf.errors.InvalidArgumentError, match="not registered"):
         hvd.size_op(process_set_id=10_000)
+
+
+def test_init_arguments_of_horovod(hvd):
+    from mpi4py import MPI
+
+    hvd.init(MPI.COMM_WORLD)  # already running: a no-op, like hvd.init()
+    hvd.init(process_sets="dynamic")
+    with pytest.raises(ValueError, match="only None or MPI.COMM_WORLD"):
+        hvd.init(comm=[0])
+    with pytest.raises(ValueError, match="already initialized"):
+        hvd.init(process_sets=[[0]])
