@@ -90,6 +90,8 @@ _LAZY = {
     "reducescatter": ".collectives",
     "allgather_object": ".functions",
     "broadcast_object": ".functions",
+    "broadcast_object_fn": ".functions",
+    "broadcast_": ".functions",
     "broadcast_variables": ".functions",
     "start_timeline": ".timeline",
     "stop_timeline": ".timeline",

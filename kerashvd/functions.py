@@ -88,3 +88,47 @@ def allgather_object(obj, name=None, process_set=global_process_set):
         offset += int(n)
     assert len(out) == set_size(ps)
     return out
+
+
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
+    """Returns a function ``fn(obj)`` that broadcasts ``obj`` from ``root_rank`` (Horovod's API).
+
+    Each call of ``fn`` is one :func:`broadcast_object` with its own name. ``session`` is
+    accepted for Horovod compatibility and must be None (there are no TF1 sessions here).
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> bcast = hvd.broadcast_object_fn(root_rank=0)
+    >>> bcast({"seed": hvd.rank()})
+    {'seed': 0}
+    """
+    if session is not None:
+        raise ValueError("broadcast_object_fn(session=...) is for TensorFlow 1 sessions, which "
+                         "kerashvd does not support; leave session=None")
+    prefix = _names.tensor_name("broadcast_object_fn", name, resolve(process_set, "broadcast_object_fn"))
+    calls = iter(range(1 << 62))
+
+    def fn(obj):
+        return broadcast_object(obj, root_rank, name=f"{prefix}.{next(calls)}",
+                                process_set=process_set)
+
+    return fn
+
+
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Horovod's in-place broadcast: assigns ``root_rank``'s values to ``variables``.
+
+    The same as :func:`broadcast_variables` (which also assigns in place); returns the
+    variables.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> v = tf.Variable(float(hvd.rank()))
+    >>> float(hvd.broadcast_([v], root_rank=0)[0].numpy())
+    0.0
+    """
+    variables = list(variables)
+    broadcast_variables(variables, root_rank, name=name, process_set=process_set)
+    return variables

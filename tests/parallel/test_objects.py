@@ -4,6 +4,7 @@ import collections
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from _reference import WORLD
 
@@ -60,3 +61,18 @@ def test_allgather_object_simple_values(hvd):
     assert hvd.allgather_object("x" * (1000 * r)) == ["x" * (1000 * q) for q in range(hvd.size())]
     assert hvd.allgather_object([] if r % 2 else {r: [r] * r}) == \
         [[] if q % 2 else {q: [q] * q} for q in range(hvd.size())]
+
+
+def test_broadcast_object_fn_and_in_place_broadcast(hvd):
+    root = hvd.size() - 1
+    bcast = hvd.broadcast_object_fn(root_rank=root, name="objfn")
+    assert bcast({"from": hvd.rank()}) == {"from": root}
+    assert bcast([hvd.rank()] * 3) == [root] * 3  # a second call gets a name of its own
+    v = tf.Variable([float(hvd.rank()), 1.0])
+    w = tf.Variable(hvd.rank() + 10)
+    out = hvd.broadcast_([v, w], root_rank=root)
+    assert out[0] is v and out[1] is w
+    np.testing.assert_array_equal(v.numpy(), [root, 1.0])
+    assert int(w.numpy()) == root + 10
+    with pytest.raises(ValueError, match="session"):
+        hvd.broadcast_object_fn(session=object())
