@@ -1,5 +1,12 @@
 #include "fusion.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "huge_pages.h"
+
 namespace kerashvd {
 namespace {
 
@@ -58,10 +65,22 @@ std::vector<std::vector<size_t>> PlanFusion(const std::vector<WorkItem>& work,
   return groups;
 }
 
+FusionBuffer::~FusionBuffer() { std::free(data_); }
+
 void* FusionBuffer::Reserve(int64_t bytes) {
-  size_t words = static_cast<size_t>((bytes + 7) / 8);
-  if (storage_.size() < words) storage_.resize(words);
-  return storage_.data();
+  if (bytes <= capacity_ && data_ != nullptr) return data_;
+  const int64_t align = huge_pages_ ? HugePages::kBlock : 64;
+  const int64_t capacity = std::max<int64_t>(align, (bytes + align - 1) / align * align);
+  std::free(data_);
+  data_ = nullptr;
+  capacity_ = 0;
+  if (posix_memalign(&data_, static_cast<size_t>(align), static_cast<size_t>(capacity)) != 0) {
+    data_ = nullptr;
+    return nullptr;
+  }
+  if (huge_pages_) (void)madvise(data_, static_cast<size_t>(capacity), MADV_HUGEPAGE);  // a hint
+  capacity_ = capacity;
+  return data_;
 }
 
 }  // namespace kerashvd

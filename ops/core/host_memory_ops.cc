@@ -8,6 +8,9 @@ namespace kerashvd {
 
 Status HostMemoryOps::FusionBuffer(int64_t bytes, void** out) {
   *out = fusion_.Reserve(bytes);
+  if (*out == nullptr)
+    return Status::Internal("cannot allocate a fusion buffer of " + std::to_string(bytes) +
+                            " bytes; lower KERASHVD_FUSION_THRESHOLD");
   return Status::Ok();
 }
 

@@ -10,6 +10,8 @@ namespace kerashvd {
 
 class HostMemoryOps : public MemoryOps {
  public:
+  // `huge_pages`: back the fusion buffer with transparent huge pages (see FusionBuffer).
+  explicit HostMemoryOps(bool huge_pages = false) : fusion_(huge_pages) {}
   Status FusionBuffer(int64_t bytes, void** out) override;
   Status Scratch(int64_t bytes, void** out) override;
   Status Copy(void* dst, const void* src, int64_t bytes) override;

@@ -17,7 +17,8 @@ Lane::Lane(int id, const MpiContext* comm, std::vector<int> world_ranks, const C
       config_(config),
       abort_(abort),
       timeline_(timeline),
-      huge_pages_(config.huge_pages) {
+      huge_pages_(config.huge_pages),
+      host_memory_(config.huge_pages) {
   control_ = std::make_unique<MpiControlPlane>(comm_, config.peer_timeout_seconds, abort_);
   backend_ = std::make_unique<MpiBackend>(comm_, abort_, &huge_pages_);
   control_->set_idler([this](std::chrono::microseconds nap) {
