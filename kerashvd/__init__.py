@@ -46,7 +46,7 @@ from . import _loader  # noqa: E402
 _loader.preload_mpi()
 _loader.check_tf_version()
 
-from .reduce_ops import Average, Max, Min, Product, Sum  # noqa: E402
+from .reduce_ops import Adasum, Average, Max, Min, Product, Sum  # noqa: E402
 from .runtime import (  # noqa: E402
     NotInitializedError,
     build_info,
@@ -118,7 +118,7 @@ _LAZY = {
 }
 
 __all__ = sorted([
-    "Average", "Max", "Min", "Product", "Sum", "NotInitializedError", "build_info",
+    "Adasum", "Average", "Max", "Min", "Product", "Sum", "NotInitializedError", "build_info",
     "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built",
     "gloo_enabled", "init", "is_homogeneous", "is_initialized", "local_rank", "local_size",
     "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank", "rocm_built",

@@ -5,8 +5,14 @@ Sum = 1
 Min = 2
 Max = 3
 Product = 4
+# Horovod's adaptive summation. Defined so that scripts which name it still import and run;
+# kerashvd does not implement it, and every collective refuses it with a clear error.
+Adasum = 5
 
 _NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
+_ADASUM_MESSAGE = ("kerashvd does not implement Adasum (Horovod's adaptive summation); use "
+                   "op=kerashvd.Average, with the learning rate scaled by size(), or "
+                   "op=kerashvd.Sum")
 
 
 def resolve_op(op, average, allowed=tuple(_NAMES)):
@@ -16,6 +22,8 @@ def resolve_op(op, average, allowed=tuple(_NAMES)):
                          f"op={op!r}, average={average!r}")
     if op is None:
         op = Sum if average is False else Average
+    if op == Adasum and not isinstance(op, bool):
+        raise ValueError(_ADASUM_MESSAGE)
     if op not in allowed:
         names = ", ".join(f"kerashvd.{_NAMES[a]}" for a in allowed)
         raise ValueError(f"op must be one of {names}; received op={op!r}")
@@ -23,4 +31,10 @@ def resolve_op(op, average, allowed=tuple(_NAMES)):
 
 
 def op_name(op):
-    return _NAMES.get(op, repr(op))
+    return _NAMES.get(op, "Adasum" if op == Adasum else repr(op))
+
+
+def check_not_adasum(op):
+    """Raises the Adasum error for ``op=Adasum`` (for APIs that validate ``op`` themselves)."""
+    if op == Adasum and not isinstance(op, bool):
+        raise ValueError(_ADASUM_MESSAGE)

@@ -39,7 +39,7 @@ import tensorflow as tf
 from .. import collectives as _collectives
 from ..compression import Compression, Compressor
 from ..process_sets import global_process_set, resolve, set_size
-from ..reduce_ops import Average, Sum, op_name
+from ..reduce_ops import Average, Sum, check_not_adasum, op_name
 from .._xla import check_not_xla  # noqa: F401  (re-exported)
 
 
@@ -97,6 +97,7 @@ class GradientReducer:
     def __init__(self, prefix, compression=Compression.none, sparse_as_dense=False, op=Average,
                  gradient_predivide_factor=1.0, num_groups=0, groups=None,
                  scale_local_gradients=True, process_set=global_process_set):
+        check_not_adasum(op)
         if op not in (Average, Sum):
             raise ValueError("Distributed gradients support op=kerashvd.Average or "
                              f"op=kerashvd.Sum; received op={op_name(op)}")

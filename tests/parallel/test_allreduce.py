@@ -305,3 +305,15 @@ def test_large_allreduce_on_huge_page_advised_buffers(hvd, elements):
     for _ in range(2):
         np.testing.assert_array_equal(hvd.allreduce(x, op=hvd.Sum, name=f"huge.{elements}").numpy(),
                                       expected)
+
+
+def test_adasum_is_refused_clearly(hvd):
+    """hvd.Adasum exists (scripts that name it import), and every use says it is missing."""
+    from kerashvd.keras_compat import keras
+
+    for call in (lambda: hvd.allreduce(tf.ones([2]), op=hvd.Adasum),
+                 lambda: hvd.grouped_allreduce([tf.ones([2])], op=hvd.Adasum),
+                 lambda: hvd.reducescatter(tf.ones([2]), op=hvd.Adasum),
+                 lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), op=hvd.Adasum)):
+        with pytest.raises(ValueError, match="does not implement Adasum"):
+            call()
