@@ -284,9 +284,10 @@ Status Engine::RemoveProcessSet(int id) {
 
 Status Engine::ProcessSet(int id, ProcessSetView* view) const {
   view->id = id;
-  if (id == 0) {
-    view->ranks = AllRanks(mpi_->size());
+  if (id == 0) {  // called for every collective: no per-call list of all ranks
+    view->size = mpi_->size();
     view->rank = mpi_->rank();
+    view->ranks.clear();
     return Status::Ok();
   }
   std::lock_guard<std::mutex> lock(sets_mutex_);
@@ -295,6 +296,7 @@ Status Engine::ProcessSet(int id, ProcessSetView* view) const {
     return Status::InvalidArgument("process set " + std::to_string(id) +
                                    " is not registered (or was removed)");
   view->ranks = it->second->ranks;
+  view->size = static_cast<int>(view->ranks.size());
   auto at = std::find(view->ranks.begin(), view->ranks.end(), mpi_->rank());
   view->rank = at == view->ranks.end() ? -1 : static_cast<int>(at - view->ranks.begin());
   return Status::Ok();

@@ -31,8 +31,9 @@ namespace kerashvd {
 // What a rank knows about one process set.
 struct ProcessSetView {
   int id = 0;
-  std::vector<int> ranks;  // world ranks, ascending
-  int rank = -1;           // this rank's index in `ranks`; -1 when it is not a member
+  int size = 0;            // number of members
+  int rank = -1;           // this rank's index among the members; -1 when it is not one
+  std::vector<int> ranks;  // the members' world ranks, ascending; left empty for set 0 (all)
 };
 
 class Engine {

@@ -44,12 +44,15 @@ class BroadcastKernel : public CollectiveKernel {
   // root_rank is a world rank (as in Horovod); the engine counts it within the process set.
   absl::Status Validate(tfw::OpKernelContext*, const ProcessSetView& set,
                         TensorEntry* entry) override {
-    const int size = static_cast<int>(set.ranks.size());
+    if (set.id == 0) {
+      if (root_rank_ < 0 || root_rank_ >= set.size)
+        return absl::InvalidArgumentError("broadcast of '" + tensor_name_ +
+                                          "': root_rank must be in [0, " +
+                                          std::to_string(set.size) + "); received root_rank=" +
+                                          std::to_string(root_rank_));
+      return absl::OkStatus();
+    }
     auto at = std::find(set.ranks.begin(), set.ranks.end(), root_rank_);
-    if (set.id == 0 && (root_rank_ < 0 || root_rank_ >= size))
-      return absl::InvalidArgumentError("broadcast of '" + tensor_name_ + "': root_rank must be in [0, " +
-                                        std::to_string(size) + "); received root_rank=" +
-                                        std::to_string(root_rank_));
     if (at == set.ranks.end())
       return absl::InvalidArgumentError(
           "broadcast of '" + tensor_name_ + "': root_rank=" + std::to_string(root_rank_) +
@@ -73,7 +76,7 @@ class AlltoallKernel : public CollectiveKernel {
     if (shape.empty())
       return absl::InvalidArgumentError("alltoall of '" + tensor_name_ +
                                         "' needs a tensor of rank >= 1; received a scalar.");
-    const int size = static_cast<int>(set.ranks.size());
+    const int size = set.size;
     const tfw::Tensor& splits = context->input(1);
     const int64_t rows = shape[0];
     if (splits.NumElements() == 0) {

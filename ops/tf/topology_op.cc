@@ -37,7 +37,7 @@ class TopologyKernel : public tfw::OpKernel {
     int value = 0;
     if (what_ == "process_set_included") value = set.rank >= 0 ? 1 : 0;
     else if (what_ == "rank" && process_set_ != 0) value = set.rank;
-    else if (what_ == "size" && process_set_ != 0) value = static_cast<int>(set.ranks.size());
+    else if (what_ == "size" && process_set_ != 0) value = set.size;
     else if (what_ == "rank") value = mpi.rank();
     else if (what_ == "size") value = mpi.size();
     else if (what_ == "local_rank") value = mpi.local_rank();
