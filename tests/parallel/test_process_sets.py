@@ -153,6 +153,31 @@ def test_sets_do_not_wait_for_each_other(hvd, sets):
     assert float(hvd.allreduce(tf.constant(1.0), op=hvd.Sum)) == hvd.size()
 
 
+@pytest.mark.skipif(WORLD < 3, reason="overlapping sets need three ranks")
+def test_overlapping_sets_run_concurrently_in_one_step(hvd, sets):
+    """Rank 0 is in evens and head: one tf.function submits both sets' collectives and one of
+    the world's, independent of each other, so its lanes run them at the same time."""
+    mine = _member_sets(sets)
+
+    @tf.function
+    def step(x):
+        out = {name: hvd.allreduce(x * (i + 1), op=hvd.Sum, process_set=ps,
+                                   name=f"ps.concurrent.{name}")
+               for i, (name, ps) in enumerate(sorted(sets.items())) if ps.included()}
+        out["world"] = hvd.allreduce(x, op=hvd.Sum, name="ps.concurrent.world")
+        return out
+
+    for repeat in range(3):
+        got = step(tf.fill([1000], float(hvd.rank() + 1)))
+        for i, (name, ps) in enumerate(sorted(sets.items())):
+            if ps.included():
+                expected = (i + 1) * sum(r + 1 for r in ps.ranks)
+                np.testing.assert_array_equal(got[name].numpy(), np.full([1000], expected))
+        world = sum(r + 1 for r in range(hvd.size()))
+        np.testing.assert_array_equal(got["world"].numpy(), np.full([1000], world))
+    assert len(mine) >= 1
+
+
 @pytest.mark.skipif(WORLD < 2, reason="a proper subset needs at least two ranks")
 def test_gradients_stay_in_the_set(hvd, sets):
     for name, ps in _member_sets(sets):
