@@ -50,6 +50,34 @@ def test_stall_warning_names_the_tensor_and_the_missing_rank():
 
 
 @pytest.mark.mpi
+def test_stall_in_a_process_set_names_world_ranks_and_stops_only_that_set():
+    """Set {1, 2} of 3 ranks: rank 1 submits, rank 2 never does. The set's coordinator is
+    world rank 1; the warning and the error name world ranks; the world goes on."""
+    code, out, err, seconds = run_mpi("""
+        import time
+        pair = hvd.add_process_set([1, 2])
+        if rank == 1:
+            try:
+                hvd.allreduce(tf.ones([2]), process_set=pair, name="lonely")
+            except tf.errors.AbortedError as err:
+                print(f"ERROR rank 1: {err}", flush=True)
+        else:
+            time.sleep(6)  # the world meets again only after the set's stall shutdown
+        got = hvd.allreduce(tf.constant(1.0), op=hvd.Sum, name="world_after")
+        print(f"WORLD rank {rank} {float(got)}", flush=True)
+    """, np=3, KERASHVD_STALL_CHECK_TIME=1, KERASHVD_STALL_SHUTDOWN_TIME=3)
+    assert code == 0, out + err
+    warnings = [line for line in err.splitlines() if "WARNING: Stalled allreduce 'allreduce.lonely'" in line]
+    assert len(warnings) == 1, err
+    assert warnings[0].startswith("[kerashvd rank 1] WARNING: Stalled allreduce 'allreduce.lonely'")
+    assert "submitted by ranks [1], still missing on ranks [2]" in warnings[0], warnings[0]
+    error = next(line for line in out.splitlines() if line.startswith("ERROR rank 1"))
+    assert "KERASHVD_STALL_SHUTDOWN_TIME was exceeded" in error, error
+    for r in range(3):
+        assert f"WORLD rank {r} 3.0" in out, out + err
+
+
+@pytest.mark.mpi
 def test_stall_shutdown_fails_every_rank_and_the_processes_exit():
     code, out, err, seconds = run_mpi("""
         import time

@@ -111,7 +111,7 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
     KERASHVD_RETURN_IF_ERROR(control_->BroadcastFromRoot(&bytes));
     KERASHVD_RETURN_IF_ERROR(ParseResponses(bytes, &list));
   }
-  if (coordinator_) coordinator_wants_broadcast_ = coordinator_->CheckStalls(now, 0);
+  if (coordinator_) coordinator_wants_broadcast_ = coordinator_->CheckStalls(now, world_ranks_[0]);
   if (!list.fatal_error.empty()) {
     out->fatal_error = list.fatal_error;
     return Status::Ok();
