@@ -44,7 +44,8 @@ Timeline::Clock::time_point Executor::Mark(const std::vector<WorkItem*>& group, 
                                            Timeline::Clock::time_point start) {
   auto now = Timeline::Clock::now();
   if (timeline_->active())
-    for (WorkItem* item : group) timeline_->Phase(item->response.request.name, phase, start, now);
+    for (WorkItem* item : group)
+      timeline_->Phase(timeline_prefix_ + item->response.request.name, phase, start, now);
   return now;
 }
 
@@ -74,7 +75,7 @@ void Executor::Run(std::vector<WorkItem*>& group) {
   const auto start = Timeline::Clock::now();
   if (timeline_->active())
     for (WorkItem* item : group) {
-      const std::string& name = item->response.request.name;
+      const std::string name = timeline_prefix_ + item->response.request.name;
       if (item->entry) timeline_->Phase(name, "NEGOTIATE", item->entry->submitted, item->ready);
       timeline_->Phase(name, "QUEUE", item->ready, start);
     }

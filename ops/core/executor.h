@@ -12,6 +12,7 @@
 // (MemoryOps::Finish) before it completes any entry, so outputs are final when `done` runs.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -25,8 +26,12 @@ namespace kerashvd {
 class Executor {
  public:
   // `backend` and `memory` must work on the same memory and outlive the executor.
-  Executor(Backend* backend, MemoryOps* memory, Timeline* timeline, int rank, int size)
-      : backend_(backend), memory_(memory), timeline_(timeline), rank_(rank), size_(size) {}
+  // `timeline_prefix` starts the timeline row of each tensor (a process set's lane names its
+  // set there, so that equal names in different sets get rows of their own).
+  Executor(Backend* backend, MemoryOps* memory, Timeline* timeline, int rank, int size,
+           std::string timeline_prefix = "")
+      : backend_(backend), memory_(memory), timeline_(timeline), rank_(rank), size_(size),
+        timeline_prefix_(std::move(timeline_prefix)) {}
   void Run(std::vector<WorkItem*>& group);
   // Completes every entry of `group` with `status` without communicating.
   static void Fail(std::vector<WorkItem*>& group, const Status& status);
@@ -51,6 +56,7 @@ class Executor {
   Timeline* timeline_;
   int rank_;
   int size_;
+  std::string timeline_prefix_;
 };
 
 }  // namespace kerashvd

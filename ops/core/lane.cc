@@ -33,8 +33,9 @@ Lane::Lane(int id, const MpiContext* comm, std::vector<int> world_ranks, const C
   });
   control_->set_urgency([this] { return pending_work_; });
   controller_ = std::make_unique<Controller>(control_.get(), config, world_ranks_);
-  executor_ = std::make_unique<Executor>(backend_.get(), &host_memory_, timeline_, comm_->rank(),
-                                         comm_->size());
+  executor_ = std::make_unique<Executor>(
+      backend_.get(), &host_memory_, timeline_, comm_->rank(), comm_->size(),
+      id_ == 0 ? "" : "process_set." + std::to_string(id_) + "/");
 }
 
 Lane::~Lane() {

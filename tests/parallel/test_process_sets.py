@@ -327,3 +327,23 @@ def test_init_arguments_of_horovod(hvd):
         hvd.init(comm=[0])
     with pytest.raises(ValueError, match="already initialized"):
         hvd.init(process_sets=[[0]])
+
+
+@pytest.mark.skipif(WORLD < 2, reason="a proper subset needs at least two ranks")
+def test_timeline_rows_of_a_set_name_the_set(hvd, sets, tmp_path):
+    import json
+
+    ps = sets["evens"]
+    path = tmp_path / "timeline-{rank}.json"
+    hvd.start_timeline(str(path))
+    try:
+        hvd.allreduce(tf.ones([4]), name="ps.timeline")
+        if ps.included():  # the same name in the set: a row of its own
+            hvd.allreduce(tf.ones([4]), name="ps.timeline", process_set=ps)
+    finally:
+        hvd.stop_timeline()
+    with open(str(path).replace("{rank}", str(hvd.rank()))) as f:
+        rows = {e["args"]["name"] for e in json.load(f) if e["name"] == "thread_name"}
+    assert "allreduce.ps.timeline" in rows, rows
+    in_set = f"process_set.{ps.process_set_id}/allreduce.ps.timeline"
+    assert (in_set in rows) == ps.included(), rows
