@@ -8,6 +8,7 @@
 // that ranks that disagree, or a rank that never calls, give every rank an error naming what
 // each rank asked for instead of a hang in MPI_Comm_split; then the members split a
 // communicator off the engine's registry communicator (a duplicate of the world's).
+// (Registration is in process_set_registry.cc.)
 #pragma once
 
 #include <atomic>
