@@ -303,19 +303,19 @@ def test_mismatch_in_a_set_names_world_ranks(hvd, sets):
 @pytest.mark.skipif(WORLD < 2, reason="a proper subset needs at least two ranks")
 def test_removed_set_fails_clearly(hvd, sets):
     fresh = _fresh_ranks(sets, hvd.size())
-    if fresh is None:
-        for ps in sets.values():  # size 2: every proper subset is registered; free one
-            break
-        hvd.remove_process_set(ps)
-        sets.pop(next(k for k, v in sets.items() if v is ps))
+    if fresh is None:  # 2 ranks: every proper subset is registered; remove one, add it back
+        name, ps = next(iter(sets.items()))
     else:
-        ps = hvd.add_process_set(fresh)
-        hvd.remove_process_set(ps)
+        name, ps = None, hvd.add_process_set(fresh)
+    ranks = list(ps.ranks)
+    hvd.remove_process_set(ps)
     assert ps.process_set_id is None
     with pytest.raises(ValueError, match="not registered"):
         hvd.allreduce(tf.constant(1.0), process_set=ps)
     with pytest.raises(tf.errors.InvalidArgumentError, match="not registered"):
         hvd.size_op(process_set_id=10_000)
+    if name is not None:
+        sets[name] = hvd.add_process_set(ranks)  # the later tests use it
 
 
 def test_init_arguments_of_horovod(hvd):
