@@ -248,9 +248,9 @@ def grouped_broadcast(tensors, root_rank, name=None, process_set=global_process_
 
 
 def _check_root(root_rank, process_set):
-    ranks = process_set.ranks if process_set is not None else global_process_set.ranks
+    ranks = (process_set or global_process_set).ranks
     if not isinstance(root_rank, int) or isinstance(root_rank, bool) or root_rank not in ranks:
-        where = (f"in [0, {len(ranks)})" if process_set in (None, global_process_set)
+        where = (f"in [0, {len(ranks)})" if ranks == global_process_set.ranks
                  else f"one of the process set's ranks {ranks}")
         raise ValueError(f"root_rank must be an int {where}; received root_rank={root_rank!r}")
 
