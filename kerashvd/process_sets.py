@@ -7,8 +7,10 @@ thread, so collectives of different sets run concurrently and do not wait for ea
 Sets are registered collectively: every rank registers the same sets in the same order,
 members or not, either at ``init(process_sets=[...])`` or later with
 :func:`add_process_set` (Horovod's "dynamic" process sets, always available here), and
-removes them the same way with :func:`remove_process_set`. Ranks that disagree, or a rank
-that never calls, get an error on every rank after the peer timeout, not a hang.
+removes them the same way with :func:`remove_process_set`. A set can also be given as an
+mpi4py communicator, as in Horovod: each rank passes its own (say from ``Split``), and one
+registration registers them all. Ranks that disagree, or a rank that never calls, get an
+error on every rank (after the peer timeout for a missing rank), not a hang.
 
 Inside a set, ``root_rank`` (broadcast) is a world rank, as in Horovod; ``Average`` divides
 by the set's size; allgather, alltoall and reducescatter order their parts by world rank.
@@ -39,9 +41,14 @@ class ProcessSet:
     """A group of ranks that run collectives among themselves.
 
     Args:
-        ranks: the world ranks of the members (any iterable of distinct ints). They are kept
-            in ascending order, which is the order of the members' parts in allgather,
-            alltoall and reducescatter.
+        ranks_or_comm: the world ranks of the members (any iterable of distinct ints), or an
+            mpi4py communicator, as in Horovod. Ranks are kept in ascending order, which is the
+            order of the members' parts in allgather, alltoall and reducescatter. With
+            communicators, each rank passes its own (for example from ``COMM_WORLD.Split``),
+            or ``MPI.COMM_NULL`` when it has none, and one registration registers every
+            distinct communicator passed: a rank's object becomes the set of its own
+            communicator, and with ``MPI.COMM_NULL`` the first set registered (the one with
+            the lowest rank), of which it is not a member.
 
     Attributes:
         ranks: the members' world ranks, ascending.
@@ -49,8 +56,7 @@ class ProcessSet:
             registered).
 
     Raises:
-        TypeError: for ranks that are not ints (mpi4py communicators are not accepted: pass
-            the ranks, e.g. ``comm.allgather(MPI.COMM_WORLD.rank)``).
+        TypeError: for ranks that are not ints, or an intercommunicator.
         ValueError: for an empty or repeated rank list, or negative ranks.
 
     Example:
@@ -58,16 +64,24 @@ class ProcessSet:
     >>> ps = hvd.ProcessSet([2, 0])
     >>> ps.ranks
     [0, 2]
+    >>> from mpi4py import MPI
+    >>> halves = hvd.ProcessSet(MPI.COMM_WORLD.Split(color=hvd.rank() * 2 // hvd.size()))
+    >>> hvd.add_process_set(halves)  # on every rank: each gets the set of its own half
     """
 
-    def __init__(self, ranks):
-        if hasattr(ranks, "Get_group"):
-            raise TypeError("ProcessSet takes a list of world ranks; an MPI communicator is not "
-                            "accepted. Pass comm.allgather(MPI.COMM_WORLD.rank) instead.")
+    _comm_ranks = None  # for a communicator: its world ranks, [] for MPI.COMM_NULL
+
+    def __init__(self, ranks_or_comm):
+        self.process_set_id = None
+        if hasattr(ranks_or_comm, "Get_group"):
+            self._comm_ranks = _world_ranks_of(ranks_or_comm)
+            self.ranks = list(self._comm_ranks)
+            return
         try:
-            values = list(ranks)
+            values = list(ranks_or_comm)
         except TypeError:
-            raise TypeError(f"ProcessSet needs an iterable of ranks; received {ranks!r}") from None
+            raise TypeError("ProcessSet needs an iterable of ranks or an mpi4py communicator; "
+                            f"received {ranks_or_comm!r}") from None
         for r in values:
             if not isinstance(r, int) or isinstance(r, bool):
                 raise TypeError(f"ProcessSet ranks must be ints; received {values!r}")
@@ -76,7 +90,6 @@ class ProcessSet:
         if len(set(values)) != len(values) or min(values) < 0:
             raise ValueError(f"ProcessSet ranks must be distinct and >= 0; received {values!r}")
         self.ranks = sorted(values)
-        self.process_set_id = None
 
     def _check_registered(self):
         _require_init()
@@ -140,7 +153,9 @@ def add_process_set(process_set):
     """Registers a process set; every rank must call it with the same ranks, in the same order.
 
     Args:
-        process_set: a :class:`ProcessSet` (not yet registered) or a list of world ranks.
+        process_set: a :class:`ProcessSet` (not yet registered) or a list of world ranks. A
+            ProcessSet made from a communicator is registered with those of the other ranks
+            (see :class:`ProcessSet`): every rank passes one, each its own communicator's.
 
     Returns:
         The registered :class:`ProcessSet`, with its ``process_set_id``.
@@ -158,6 +173,8 @@ def add_process_set(process_set):
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
     if isinstance(ps, _GlobalProcessSet) or ps.process_set_id is not None:
         raise ValueError(f"{ps!r} is already registered")
+    if ps._comm_ranks is not None:
+        return _add_split(ps)
     if ps.ranks[-1] >= size():
         raise ValueError(f"ProcessSet ranks must be in [0, {size()}); received {ps.ranks}")
     with _lock:
@@ -170,7 +187,8 @@ def add_process_set(process_set):
 def remove_process_set(process_set):
     """Unregisters a process set; every rank must call it, in the same order as the others.
 
-    Collectives of the set still pending fail. The global set cannot be removed.
+    Collectives of the set still pending fail. The global set cannot be removed. Sets
+    registered together from communicators are removed together: each rank passes its own.
 
     Returns:
         True if the set was removed, False if it was not registered (or is the global set).
@@ -181,10 +199,47 @@ def remove_process_set(process_set):
     with _lock:
         if process_set.process_set_id not in _registered:
             return False
-        _core.remove_process_set(process_set.process_set_id)
-        del _registered[process_set.process_set_id]
-        process_set.process_set_id = None
+        for set_id in _core.remove_process_set(process_set.process_set_id):
+            _registered.pop(set_id).process_set_id = None
     return True
+
+
+def _world_ranks_of(comm):
+    """The world ranks of an mpi4py communicator's members (local: no communication)."""
+    from mpi4py import MPI
+
+    if comm == MPI.COMM_NULL:
+        return []
+    if comm.Is_inter():
+        raise TypeError(f"ProcessSet needs an intracommunicator; received {comm!r}")
+    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world)
+    finally:
+        group.Free()
+        world.Free()
+    if MPI.UNDEFINED in ranks:
+        raise ValueError(f"{comm!r} has processes outside MPI.COMM_WORLD")
+    return sorted(ranks)
+
+
+def _add_split(ps):
+    """add_process_set of a ProcessSet made from a communicator (see ProcessSet)."""
+    from mpi4py import MPI
+
+    if (MPI.COMM_WORLD.Get_size(), MPI.COMM_WORLD.Get_rank()) != (size(), rank()):
+        raise RuntimeError(
+            f"mpi4py's COMM_WORLD (rank {MPI.COMM_WORLD.Get_rank()} of "
+            f"{MPI.COMM_WORLD.Get_size()}) is not kerashvd's (rank {rank()} of {size()}): "
+            "mpi4py is built against another MPI library. Pass the ranks instead.")
+    with _lock:
+        mine, registered = _core.add_split_process_sets(ps._comm_ranks)
+        for i, (set_id, ranks) in enumerate(registered):
+            # A rank without a communicator (COMM_NULL) gets the first set.
+            obj = ps if i == max(mine, 0) else ProcessSet(ranks)
+            obj.ranks, obj.process_set_id = list(ranks), set_id
+            _registered[set_id] = obj
+    return ps
 
 
 def _register_at_init(process_sets):

@@ -8,7 +8,9 @@
 // that ranks that disagree, or a rank that never calls, give every rank an error naming what
 // each rank asked for instead of a hang in MPI_Comm_split; then the members split a
 // communicator off the engine's registry communicator (a duplicate of the world's).
-// (Registration is in process_set_registry.cc.)
+// AddSplitProcessSets is the same call for sets given as communicators (Horovod's
+// ProcessSet(comm)): there each rank names only its own communicator's members, and one call
+// registers every distinct set named. (Registration is in process_set_registry.cc.)
 #pragma once
 
 #include <atomic>
@@ -51,7 +53,15 @@ class Engine {
 
   // Collective over all ranks (see above). `ranks`: ascending, distinct world ranks.
   Status AddProcessSet(const std::vector<int>& ranks, int* id);
-  Status RemoveProcessSet(int id);
+  // Collective over all ranks. `mine`: the world ranks (ascending) of this rank's own
+  // communicator, or none for a rank without one (MPI_COMM_NULL). The lists must partition
+  // the ranks that name one: each lists itself, and its members name the same list. Each
+  // distinct list becomes a set; `ids` and `lists` get them in the order of their lowest rank,
+  // `my_index` the index of this rank's set (-1 without one).
+  Status AddSplitProcessSets(const std::vector<int>& mine, std::vector<int>* ids,
+                             std::vector<std::vector<int>>* lists, int* my_index);
+  // Removes set `id` and the sets registered in the same call; `removed` gets their ids.
+  Status RemoveProcessSet(int id, std::vector<int>* removed);
   Status ProcessSet(int id, ProcessSetView* view) const;
   std::vector<int> ProcessSetIds() const;
 
@@ -66,6 +76,7 @@ class Engine {
  private:
   struct SetEntry {
     std::vector<int> ranks;
+    int registration = 0;              // the first id registered by the same call
     std::unique_ptr<MpiContext> comm;  // members only
     std::unique_ptr<Lane> lane;        // members only
   };
@@ -78,9 +89,19 @@ class Engine {
   // The executor for a group of the world lane: host or GPU, by where its tensors live. The
   // first GPU group creates the GPU plane, collectively (see backend/gpu_plane.h).
   Status ExecutorFor(const std::vector<WorkItem*>& group, Executor* host, Executor** out);
-  // Step 1 of AddProcessSet/RemoveProcessSet: all ranks asked for the same change.
+  // Step 1 of a registration: every rank's request, gathered with the peer timeout (`all`:
+  // rank r's request at r * request.size()). AgreeOnRegistration also requires them equal.
+  Status ExchangeRegistration(const std::vector<uint64_t>& request, const char* what,
+                              std::vector<uint64_t>* all);
   Status AgreeOnRegistration(const std::vector<uint64_t>& request, const char* what);
+  Status Disagreement(const char* what, const std::vector<uint64_t>& all, size_t n,
+                      const std::string& rule) const;
   std::string DescribeRegistration(const uint64_t* request) const;
+  // Step 2, once every rank has the same lists: refuses the global set and existing sets
+  // (identically everywhere), then splits one communicator per list and starts this rank's
+  // lane. `my_index`: this rank's list, or -1.
+  Status CreateSets(const std::vector<std::vector<int>>& lists, int my_index,
+                    std::vector<int>* ids);
 
   Config config_;
   AbortFlag abort_;  // set when a peer fails; every wait in a collective checks it

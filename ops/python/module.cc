@@ -72,13 +72,31 @@ PYBIND11_MODULE(_core, m) {
     RaiseIfError(status);
     return id;
   });
-  m.def("remove_process_set", [](int id) {
+  // Returns (index of this rank's set or -1, [(id, ranks), ...]).
+  m.def("add_split_process_sets", [](const std::vector<int>& mine) {
+    std::vector<int> ids;
+    std::vector<std::vector<int>> lists;
+    int my_index = -1;
     Status status;
     {
       py::gil_scoped_release release;
-      status = Engine()->RemoveProcessSet(id);
+      status = Engine()->AddSplitProcessSets(mine, &ids, &lists, &my_index);
     }
     RaiseIfError(status);
+    std::vector<std::pair<int, std::vector<int>>> sets;
+    for (size_t i = 0; i < ids.size(); ++i) sets.emplace_back(ids[i], lists[i]);
+    return std::make_pair(my_index, sets);
+  });
+  // Returns the ids removed: the set's and those registered in the same call.
+  m.def("remove_process_set", [](int id) {
+    std::vector<int> removed;
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = Engine()->RemoveProcessSet(id, &removed);
+    }
+    RaiseIfError(status);
+    return removed;
   });
   m.def("is_initialized", [] { return kerashvd::CurrentEngine() != nullptr; });
   m.def("rank", [] { return Engine()->mpi().rank(); });
