@@ -21,6 +21,7 @@ def test_allreduce_bench_prints_its_table_with_nothing_wrong():
     assert all(r[5] == "0" for r in rows), out  # the #wrong column
     assert out.count("(#wrong 0)") == 2, out  # the two 100-tensor steps
     assert "single 4 KiB allreduce" in out and "chained 20 deep" in out, out
+    assert "called as concrete functions" in out, out
 
 
 def test_keras_bench_runs_every_configuration():

@@ -93,6 +93,14 @@ def run(args):
     say(f"# single 4 KiB allreduce in tf.function: {t_small * 1e3:.3f} ms per step "
         f"(the same tf.function without the allreduce: {t_floor * 1e3:.3f} ms; "
         f"kerashvd adds {(t_small - t_floor) * 1e3:.3f} ms)")
+    # The same two graphs called as concrete functions: without tf.function's Python-side
+    # dispatch (argument binding, trace lookup), which is most of TF's own cost above.
+    cf_floor, cf_small = floor.get_concrete_function(x), small.get_concrete_function(x)
+    t_cfloor, t_csmall = _time_calls([lambda: cf_floor(x), lambda: cf_small(x)], args.seconds,
+                                     sync, args.repeats)
+    say(f"# the same, called as concrete functions: {t_csmall * 1e3:.3f} ms per step "
+        f"(without the allreduce: {t_cfloor * 1e3:.3f} ms; kerashvd adds "
+        f"{(t_csmall - t_cfloor) * 1e3:.3f} ms)")
 
     # 20 allreduces of 4 KiB chained inside one tf.function: per-collective latency without
     # Python's dispatch of the function call.
