@@ -322,6 +322,62 @@ void TestMixedDevices(Engine* e, Tally* t, int rank, int size) {
   t->Record("mixed.cpu", cpu.status, cpu.status.ok() ? Compare(DataType::kFloat32, expected, got) : "");
 }
 
+// Process sets beside the GPU plane: a host collective of the evens runs on their set's lane
+// in the same burst as a GPU collective of the world on the world lane; a GPU tensor in a set
+// other than the global one is refused before negotiation (see README.md, "GPU tensors in
+// process sets"); removing the set stops its lane, and the world goes on.
+void TestProcessSets(Engine* e, Tally* t, int rank, int size) {
+  if (size < 2) return;
+  std::vector<int> evens;
+  for (int r = 0; r < size; r += 2) evens.push_back(r);
+  int id = 0;
+  Status added = e->AddProcessSet(evens, &id);
+  t->Record("set.add", added, "");
+  if (!added.ok()) return;
+  const int64_t n = 1000;
+  Job world;
+  world.entry.request = MakeRequest("set.world.gpu", OpType::kAllreduce, DataType::kFloat32, {{n}});
+  AddTensor(&world, Values(rank, n), n);
+  std::vector<float> host_in(n), host_out(n, -1);
+  for (int64_t i = 0; i < n; ++i) host_in[i] = static_cast<float>(Value(rank, i));
+  Job in_set;
+  in_set.entry.request = MakeRequest("set.evens.cpu", OpType::kAllreduce, DataType::kFloat32, {{n}}, -1);
+  in_set.entry.process_set = id;
+  in_set.entry.inputs = {host_in.data()};
+  in_set.entry.outputs = {host_out.data()};
+  Job gpu_in_set;
+  gpu_in_set.entry.request = MakeRequest("set.evens.gpu", OpType::kAllreduce, DataType::kFloat32, {{n}});
+  gpu_in_set.entry.process_set = id;
+  AddTensor(&gpu_in_set, Values(rank, n), n);
+  const bool member = rank % 2 == 0;
+  if (member) RunAll(e, {&in_set, &world, &gpu_in_set});
+  else RunAll(e, {&world});
+
+  std::vector<double> all(n, 0), mine(n, 0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int r = 0; r < size; ++r) {
+      all[i] += Value(r, i);
+      if (r % 2 == 0) mine[i] += Value(r, i);
+    }
+  Check(t, "set.world.gpu", world, all);
+  if (member) {
+    std::vector<double> got(host_out.begin(), host_out.end());
+    t->Record("set.evens.cpu", in_set.status,
+              in_set.status.ok() ? Compare(DataType::kFloat32, mine, got) : "");
+    t->ExpectError("set.evens.gpu.refused", gpu_in_set.status, Status::Code::kUnimplemented,
+                   "global process set");
+  }
+  std::vector<int> removed;
+  Status gone = e->RemoveProcessSet(id, &removed);
+  t->Record("set.remove", gone,
+            removed == std::vector<int>{id} ? "" : "removed other sets than the one asked for");
+  Job after;
+  after.entry.request = MakeRequest("set.after.gpu", OpType::kAllreduce, DataType::kFloat32, {{n}});
+  AddTensor(&after, Values(rank, n), n);
+  RunAll(e, {&after});
+  Check(t, "set.after.gpu", after, all);
+}
+
 // The last rank to join is one of those that reduced first (any, for more than two ranks).
 void CheckLastJoined(Tally* t, const Job& join, int size) {
   const int last = join.result.last_joined_rank;
@@ -454,6 +510,7 @@ int main(int argc, char** argv) {
   TestAlltoall(engine.get(), &tally, rank, size);
   TestReducescatter(engine.get(), &tally, rank, size);
   TestMixedDevices(engine.get(), &tally, rank, size);
+  TestProcessSets(engine.get(), &tally, rank, size);
   TestJoin(engine.get(), &tally, rank, size);
   TestErrors(engine.get(), &tally, rank, size);
   // The summary uses MPI on the engine's communicator: stop the background thread first.
