@@ -3,7 +3,9 @@
 namespace kerashvd {
 namespace {
 
-enum Flag : uint64_t { kHasUncached = 1, kShutdown = 2, kCoordinatorBroadcast = 4 };
+enum Flag : uint64_t {
+  kHasUncached = 1, kShutdown = 2, kCoordinatorBroadcast = 4, kSetWorkPending = 8
+};
 
 void SetBit(std::vector<uint64_t>& words, size_t offset, int32_t slot) {
   words[offset + slot / 64] |= uint64_t{1} << (slot % 64);
@@ -11,11 +13,13 @@ void SetBit(std::vector<uint64_t>& words, size_t offset, int32_t slot) {
 
 }  // namespace
 
-Controller::Controller(ControlPlane* control, const Config& config, std::vector<int> world_ranks)
+Controller::Controller(ControlPlane* control, const Config& config, std::vector<int> world_ranks,
+                       Membership membership)
     : control_(control), config_(config), world_ranks_(std::move(world_ranks)),
-      cache_(config.cache_capacity) {
+      membership_(std::move(membership)), cache_(config.cache_capacity) {
   if (control_->rank() == 0)
-    coordinator_ = std::make_unique<Coordinator>(control_->size(), config_, &cache_, world_ranks_);
+    coordinator_ = std::make_unique<Coordinator>(control_->size(), config_, &cache_, world_ranks_,
+                                                 membership_);
 }
 
 void Controller::Intake(std::deque<TensorEntry>& incoming) {
@@ -64,7 +68,15 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   }
   if (join_pending_)
     for (int32_t s = 0; s < slots; ++s) SetBit(words, 0, s);
+  // Another set's cached collectives need nothing from this rank: ready here, set nowhere.
+  bool set_work = false;
+  if (membership_) {
+    for (int32_t s = 0; s < slots; ++s)
+      if (cache_.Occupied(s) && !Takes(cache_.Get(s))) SetBit(words, 0, s);
+    for (const auto& [name, entry] : pending_) set_work = set_work || entry.request.process_set != 0;
+  }
   uint64_t flags = 0;
+  if (set_work) flags |= kSetWorkPending;
   if (!uncached.empty()) flags |= kHasUncached;
   if (shutdown_requested) flags |= kShutdown;
   if (coordinator_wants_broadcast_) flags |= kCoordinatorBroadcast;
@@ -134,6 +146,7 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
     if (r.kind == Response::Kind::kExecute && r.cache_slot >= 0) cache_.Insert(r.cache_slot, r.request);
 
   for (Response& r : work) {
+    if (r.kind != Response::Kind::kJoinDone && !Takes(r.request)) continue;  // another set's
     WorkItem item;
     const std::string& name = r.request.name;
     if (r.kind == Response::Kind::kJoinDone) {
@@ -163,6 +176,7 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   for (uint64_t w : any) any_bit = any_bit || w != 0;
   out->quiet = out->work.empty() && pending_.empty() && !any_bit &&
                !(flags & (kHasUncached | kCoordinatorBroadcast));
+  out->set_work_pending = (flags & kSetWorkPending) != 0;
   return Status::Ok();
 }
 

@@ -58,12 +58,19 @@ struct CycleResult {
   // Nothing happened anywhere as far as this rank can see: no work, nothing pending here, no
   // rank announced a tensor. The engine then lengthens its idle wait (see engine.h).
   bool quiet = false;
+  // Some rank has a collective of a process set pending on this (the world's) lane: the ranks
+  // outside the set must keep cycling briefly, since the set cannot finish without them.
+  bool set_work_pending = false;
 };
 
 class Controller {
  public:
   // `world_ranks[r]`: how rank r of this communicator is named in messages (its world rank).
-  Controller(ControlPlane* control, const Config& config, std::vector<int> world_ranks);
+  // `membership`: the world's lane only, which also negotiates GPU collectives of process
+  // sets (Request::process_set); ranks outside such a set set its cache bits as if ready and
+  // drop its responses.
+  Controller(ControlPlane* control, const Config& config, std::vector<int> world_ranks,
+             Membership membership = nullptr);
   Status RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requested, CycleResult* out);
   // Entries still waiting on this rank, handed over so they can be failed at shutdown.
   std::vector<TensorEntry> TakePending();
@@ -74,10 +81,16 @@ class Controller {
 
  private:
   void Intake(std::deque<TensorEntry>& incoming);
+  // Whether this rank takes part in `request` (always, except for another set's requests).
+  bool Takes(const Request& request) const {
+    return request.process_set == 0 || !membership_ ||
+           membership_(request.process_set, control_->rank());
+  }
 
   ControlPlane* control_;
   Config config_;
   std::vector<int> world_ranks_;
+  Membership membership_;
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
   std::map<std::string, TensorEntry> pending_;

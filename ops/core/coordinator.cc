@@ -20,9 +20,9 @@ constexpr double kPartialEvictSeconds = 1.0;
 }  // namespace
 
 Coordinator::Coordinator(int size, const Config& config, const ResponseCache* cache,
-                         std::vector<int> world_ranks)
-    : size_(size), config_(config), world_ranks_(std::move(world_ranks)), cache_(cache),
-      joined_(size, false) {}
+                         std::vector<int> world_ranks, Membership membership)
+    : size_(size), config_(config), world_ranks_(std::move(world_ranks)),
+      membership_(std::move(membership)), cache_(cache), joined_(size, false) {}
 
 void Coordinator::ObserveCachedBits(const std::vector<uint64_t>& ready,
                                     const std::vector<uint64_t>& any, Clock::time_point now) {
@@ -77,7 +77,7 @@ Response Coordinator::DecideOne(const std::string& name, const Pending& pending)
     }
   response.request = pending.by_rank[first];
   for (int r = 0; r < size_; ++r) {
-    if (joined_[r] && !pending.submitted[r]) response.any_joined = true;
+    if (joined_[r] && !pending.submitted[r] && Takes(response.request, r)) response.any_joined = true;
     if (pending.submitted[r] && pending.by_rank[r].out_of_place) response.request.out_of_place = true;
   }
 
@@ -149,8 +149,11 @@ ResponseList Coordinator::Decide(Clock::time_point now) {
   std::vector<std::string> still_waiting;
   for (const std::string& name : arrival_order_) {
     const Pending& pending = table_.at(name);
+    const Request& any = *std::find_if(pending.by_rank.begin(), pending.by_rank.end(),
+                                       [&](const Request& q) { return q.name == name; });
     bool ready = true;
-    for (int r = 0; r < size_; ++r) ready = ready && (pending.submitted[r] || joined_[r]);
+    for (int r = 0; r < size_; ++r)
+      ready = ready && (pending.submitted[r] || joined_[r] || !Takes(any, r));
     if (!ready) {
       still_waiting.push_back(name);
       continue;
@@ -182,12 +185,18 @@ ResponseList Coordinator::Decide(Clock::time_point now) {
 std::string Coordinator::StallReport(const std::string& name, const Pending& pending,
                                      double seconds) const {
   std::vector<int> have, missing;
+  int first = -1;
   for (int r = 0; r < size_; ++r) {
-    if (pending.submitted[r]) have.push_back(world_ranks_[r]);
-    else if (!joined_[r]) missing.push_back(world_ranks_[r]);
+    if (pending.submitted[r]) {
+      have.push_back(world_ranks_[r]);
+      if (first < 0) first = r;
+    }
   }
+  for (int r = 0; r < size_; ++r)
+    if (!pending.submitted[r] && !joined_[r] && Takes(pending.by_rank[first], r))
+      missing.push_back(world_ranks_[r]);
   std::ostringstream msg;
-  msg << "Stalled " << OpTypeName(pending.by_rank[have[0]].op_type) << " '" << name << "' for "
+  msg << "Stalled " << OpTypeName(pending.by_rank[first].op_type) << " '" << name << "' for "
       << static_cast<int>(seconds) << " s: submitted by ranks " << RankList(have)
       << ", still missing on ranks " << RankList(missing)
       << ". The missing ranks have not reached this collective: they may have skipped a step, "

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -19,11 +20,15 @@ namespace kerashvd {
 
 using Clock = std::chrono::steady_clock;
 
+// Whether `rank` is a member of `process_set` (a Request::process_set other than 0). Only the
+// world's lane negotiates such requests; ranks outside the set take no part in them.
+using Membership = std::function<bool(int process_set, int rank)>;
+
 class Coordinator {
  public:
   // `world_ranks[r]`: how rank r is named in messages (its world rank).
   Coordinator(int size, const Config& config, const ResponseCache* cache,
-              std::vector<int> world_ranks);
+              std::vector<int> world_ranks, Membership membership = nullptr);
 
   // Each cycle, before the responses are decided: which cached slots were set by every rank
   // (ready) and by at least one rank (any). Slots set by some ranks only for too long are
@@ -48,10 +53,15 @@ class Coordinator {
   Response DecideOne(const std::string& name, const Pending& pending);
   int32_t AllocateSlot(ResponseList* list);
   std::string StallReport(const std::string& name, const Pending& pending, double seconds) const;
+  // Whether rank r takes part in `request` (always, except for another set's requests).
+  bool Takes(const Request& request, int r) const {
+    return request.process_set == 0 || !membership_ || membership_(request.process_set, r);
+  }
 
   int size_;
   Config config_;
   std::vector<int> world_ranks_;
+  Membership membership_;
   const ResponseCache* cache_;
   std::map<std::string, Pending> table_;
   std::vector<std::string> arrival_order_;  // deterministic response order

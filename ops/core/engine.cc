@@ -23,7 +23,8 @@ Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
       MpiStatus(MPI_Comm_dup(e->mpi_->comm(), &e->registry_comm_), "MPI_Comm_dup"));
   MPI_Comm_set_errhandler(e->registry_comm_, MPI_ERRORS_RETURN);
   e->world_ = std::make_unique<Lane>(0, e->mpi_.get(), AllRanks(e->mpi_->size()), config,
-                                     &e->abort_, &e->timeline_);
+                                     &e->abort_, &e->timeline_,
+                                     [e](int id, int rank) { return e->IsMember(id, rank); });
   e->world_->set_executor_chooser(
       [e](const std::vector<WorkItem*>& group, Executor* host, Executor** out) {
         return e->ExecutorFor(group, host, out);
@@ -83,12 +84,13 @@ Status Engine::Submit(TensorEntry entry) {
         "' on process set " + std::to_string(entry.process_set) + " with ranks " +
         RankList(set->ranks) + ", which does not include it. Only members of a process set "
         "may call its collectives (check process_set.included()).");
-  if (entry.request.device >= 0)
-    return Status::Unimplemented(
-        "collective '" + name + "': GPU tensors are reduced only in the global process set "
-        "for now; copy the tensor to the CPU for process set " +
-        std::to_string(entry.process_set) + ".");
-  return set->lane->Submit(std::move(entry));
+  if (entry.request.device < 0) return set->lane->Submit(std::move(entry));
+  // A GPU collective of the set goes to the world's lane (see the file comment of engine.h),
+  // under a name that cannot be taken by a collective of the world or of another set.
+  KERASHVD_RETURN_IF_ERROR(CheckDevice(entry.request));
+  entry.request.process_set = entry.process_set;
+  entry.request.name = "process_set." + std::to_string(entry.process_set) + "/" + name;
+  return world_->Submit(std::move(entry));
 }
 
 Status Engine::CheckDevice(const Request& request) {
@@ -121,6 +123,10 @@ void Engine::Shutdown() {
     if (set->lane) set->lane->RequestShutdown();
   for (auto& [id, set] : sets)
     if (set->lane) set->lane->Join();
+  {
+    std::lock_guard<std::mutex> lock(sets_mutex_);
+    retired_.clear();
+  }
   if (monitor_) monitor_->Stop();
 }
 
@@ -137,6 +143,13 @@ void Engine::OnPeerFailure(int rank, const std::string& what) {
     if (set->lane) set->lane->Wake();
 }
 
+bool Engine::IsMember(int id, int rank) const {
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  auto it = sets_.find(id);
+  return it != sets_.end() &&
+         std::binary_search(it->second->ranks.begin(), it->second->ranks.end(), rank);
+}
+
 Status Engine::ExecutorFor(const std::vector<WorkItem*>& group, Executor* host, Executor** out) {
   const Response& response = group.front()->response;
   if (response.kind != Response::Kind::kExecute || response.request.device < 0) {
@@ -146,14 +159,32 @@ Status Engine::ExecutorFor(const std::vector<WorkItem*>& group, Executor* host, 
   // This rank's own tensors say which GPU; a rank that has joined has none here and lets the
   // plane choose (local rank modulo the visible GPUs).
   // Submit has made sure that all of this rank's GPU tensors are on one device.
-  if (!gpu_) {
-    int device = -1;
-    for (const WorkItem* item : group)
-      if (item->entry) device = item->entry->request.device;
-    KERASHVD_RETURN_IF_ERROR(
-        CreateGpuPlane(*mpi_, &abort_, &timeline_, device, /*timeout_seconds=*/0, &gpu_));
+  int device = gpu_device_.load();
+  for (const WorkItem* item : group)
+    if (item->entry) device = item->entry->request.device;
+  const int id = response.request.process_set;
+  if (id == 0) {
+    if (!gpu_)
+      KERASHVD_RETURN_IF_ERROR(
+          CreateGpuPlane(*mpi_, &abort_, &timeline_, device, /*timeout_seconds=*/0, &gpu_));
+    *out = gpu_->executor();
+    return Status::Ok();
   }
-  *out = gpu_->executor();
+  // A set's group: only its members get here, each at the same place in the work list.
+  std::shared_ptr<SetEntry> set;
+  {
+    std::lock_guard<std::mutex> lock(sets_mutex_);
+    auto it = sets_.find(id);
+    if (it != sets_.end()) set = it->second;
+  }
+  if (!set || !set->gpu_comm)
+    return Status::FailedPrecondition("process set " + std::to_string(id) +
+                                      " was removed while its GPU collective '" +
+                                      response.request.name + "' was pending");
+  if (!set->gpu)
+    KERASHVD_RETURN_IF_ERROR(CreateGpuPlane(*set->gpu_comm, &abort_, &timeline_, device,
+                                            /*timeout_seconds=*/0, &set->gpu));
+  *out = set->gpu->executor();
   return Status::Ok();
 }
 

@@ -8,6 +8,12 @@
 // that ranks that disagree, or a rank that never calls, give every rank an error naming what
 // each rank asked for instead of a hang in MPI_Comm_split; then the members split a
 // communicator off the engine's registry communicator (a duplicate of the world's).
+// GPU collectives of a set other than the global one are negotiated and executed by the
+// world's lane, not the set's: NCCL needs the collectives of the communicators of one GPU in
+// the same order on every rank that shares them, and only the world's negotiation gives one
+// order to all ranks. Each is ready when the set's members have submitted it; ranks outside
+// the set drop it from their work list and run the rest in the same order, and the set's own
+// NCCL communicator runs it on the world's lane thread, one collective at a time.
 // AddSplitProcessSets is the same call for sets given as communicators (Horovod's
 // ProcessSet(comm)): there each rank names only its own communicator's members, and one call
 // registers every distinct set named. (Registration is in process_set_registry.cc.)
@@ -79,6 +85,11 @@ class Engine {
     int registration = 0;              // the first id registered by the same call
     std::unique_ptr<MpiContext> comm;  // members only
     std::unique_ptr<Lane> lane;        // members only
+    // GPU collectives of the set (members only, in builds with a GPU backend): a second
+    // communicator, since the world's lane thread uses it while the set's lane uses `comm`,
+    // and the GPU plane over it, created by the set's first GPU group.
+    std::unique_ptr<MpiContext> gpu_comm;
+    std::unique_ptr<GpuPlane> gpu;
   };
 
   explicit Engine(const Config& config) : config_(config) {}
@@ -89,6 +100,8 @@ class Engine {
   // The executor for a group of the world lane: host or GPU, by where its tensors live. The
   // first GPU group creates the GPU plane, collectively (see backend/gpu_plane.h).
   Status ExecutorFor(const std::vector<WorkItem*>& group, Executor* host, Executor** out);
+  // Whether world rank `rank` is a member of process set `id` (for the world's lane).
+  bool IsMember(int id, int rank) const;
   // Step 1 of a registration: every rank's request, gathered with the peer timeout (`all`:
   // rank r's request at r * request.size()). AgreeOnRegistration also requires them equal.
   Status ExchangeRegistration(const std::vector<uint64_t>& request, const char* what,
@@ -120,6 +133,7 @@ class Engine {
   int next_set_id_ = 1;
   mutable std::mutex sets_mutex_;
   std::map<int, std::shared_ptr<SetEntry>> sets_;
+  std::vector<std::shared_ptr<SetEntry>> retired_;  // removed sets with a GPU communicator
 };
 
 }  // namespace kerashvd

@@ -15,8 +15,10 @@ struct FuseKey {
   ReduceOp op = ReduceOp::kSum;
   DataType wire = DataType::kFloat32;
   bool on_gpu = false;
+  int process_set = 0;
   bool operator==(const FuseKey& o) const {
-    return fusible && o.fusible && op == o.op && wire == o.wire && on_gpu == o.on_gpu;
+    return fusible && o.fusible && op == o.op && wire == o.wire && on_gpu == o.on_gpu &&
+           process_set == o.process_set;
   }
 };
 
@@ -28,6 +30,7 @@ FuseKey KeyOf(const WorkItem& item) {
   key.op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
   key.wire = IsHalf(r.dtype) ? DataType::kFloat32 : r.dtype;
   key.on_gpu = r.device >= 0;
+  key.process_set = r.process_set;
   return key;
 }
 

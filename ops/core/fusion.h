@@ -3,7 +3,8 @@
 // PlanFusion is a pure function of the cycle's work list, which is identical on every rank,
 // so every rank makes the same groups in the same order and results are reproducible.
 // Rules: only allreduces fuse; they fuse with allreduces of the same reduce op (Average counts
-// as Sum), the same wire dtype (float16/bfloat16 travel as float32) and the same device; a
+// as Sum), the same wire dtype (float16/bfloat16 travel as float32), the same device and the
+// same process set (Request::process_set); a
 // group is filled in work-list order until adding the next tensor would pass the threshold.
 // A request is never split: a grouped allreduce is always inside one group, even when it
 // alone passes the threshold. Every other collective is a group of its own.

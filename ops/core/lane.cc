@@ -10,7 +10,7 @@
 namespace kerashvd {
 
 Lane::Lane(int id, const MpiContext* comm, std::vector<int> world_ranks, const Config& config,
-           AbortFlag* abort, Timeline* timeline)
+           AbortFlag* abort, Timeline* timeline, Membership membership)
     : id_(id),
       comm_(comm),
       world_ranks_(std::move(world_ranks)),
@@ -32,7 +32,8 @@ Lane::Lane(int id, const MpiContext* comm, std::vector<int> world_ranks, const C
     return true;
   });
   control_->set_urgency([this] { return pending_work_; });
-  controller_ = std::make_unique<Controller>(control_.get(), config, world_ranks_);
+  controller_ = std::make_unique<Controller>(control_.get(), config, world_ranks_,
+                                             std::move(membership));
   executor_ = std::make_unique<Executor>(
       backend_.get(), &host_memory_, timeline_, comm_->rank(), comm_->size(),
       id_ == 0 ? "" : "process_set." + std::to_string(id_) + "/");
@@ -102,7 +103,8 @@ void Lane::Loop() {
     // that finds everything ready then starts within ~kPendingNap of the last submission.
     // Otherwise back off, whatever the other ranks have pending: they can only be waiting for
     // a submission of this rank, and that wakes the loop at once.
-    wait = controller_->has_pending() || controller_->joined() ? pending_wait : idle;
+    wait = controller_->has_pending() || controller_->joined() || cycle.set_work_pending
+               ? pending_wait : idle;
 
     const auto executed = Timeline::Clock::now();
     int64_t bytes = 0;

@@ -20,7 +20,9 @@
 // - With nothing pending here: the cycle time (KERASHVD_CYCLE_TIME, default 50 ms), whatever
 //   the other ranks have pending. They can only be waiting for a submission of this rank,
 //   and a submission wakes the loop at once, so no collective ever waits for this sleep; it
-//   only bounds how soon stalls and a peer's shutdown are noticed. A rank that is computing
+//   only bounds how soon stalls and a peer's shutdown are noticed. The exception is the
+//   world's lane while a GPU collective of a process set is pending on some rank (see
+//   engine.h): that collective needs a cycle of every rank, so all ranks nap kPendingNap. A rank that is computing
 //   its next gradients is then woken ~20 times a second by its engine, where a 1 ms idle
 //   cycle (with backoff to 20 ms, reset by every peer's activity) preempted its compute
 //   thread ~150 times a second on 2 ranks sharing 2 cores and slowed every step by ~2%.
@@ -62,8 +64,9 @@ class Lane {
 
   // `comm` is this lane's communicator; `world_ranks[i]` is the world rank of its rank i
   // (used in error messages). `abort` and `timeline` are the engine's and outlive the lane.
+  // `membership`: the world's lane only (see Controller).
   Lane(int id, const MpiContext* comm, std::vector<int> world_ranks, const Config& config,
-       AbortFlag* abort, Timeline* timeline);
+       AbortFlag* abort, Timeline* timeline, Membership membership = nullptr);
   ~Lane();
 
   void set_executor_chooser(ExecutorChooser chooser) { chooser_ = std::move(chooser); }

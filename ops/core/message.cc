@@ -17,6 +17,7 @@ void PutRequest(WireWriter& w, const Request& r) {
   w.Put<double>(r.prescale);
   w.Put<double>(r.postscale);
   w.Put<int32_t>(r.device);
+  w.Put<int32_t>(r.process_set);
   w.Put<uint8_t>(r.out_of_place ? 1 : 0);
   w.Put<uint64_t>(r.shapes.size());
   for (const Shape& s : r.shapes) w.PutInts(s);
@@ -27,7 +28,8 @@ bool GetRequest(WireReader& rd, Request* r) {
   uint64_t n;
   if (!rd.Get(&r->rank) || !rd.GetString(&r->name) || !rd.Get(&op) || !rd.Get(&red) ||
       !rd.Get(&dt) || !rd.Get(&r->root_rank) || !rd.Get(&r->prescale) ||
-      !rd.Get(&r->postscale) || !rd.Get(&r->device) || !rd.Get(&out_of_place) ||
+      !rd.Get(&r->postscale) || !rd.Get(&r->device) || !rd.Get(&r->process_set) ||
+      !rd.Get(&out_of_place) ||
       !rd.Get(&n) || n > (1u << 24))
     return false;
   r->out_of_place = out_of_place != 0;
@@ -81,6 +83,7 @@ std::string SignatureDifference(const Request& a, const Request& b) {
   }
   if (a.op_type == OpType::kBroadcast && a.root_rank != b.root_rank) return "root_rank";
   if ((a.device < 0) != (b.device < 0)) return "device";
+  if (a.process_set != b.process_set) return "process set";
   return "";
 }
 
@@ -98,6 +101,7 @@ std::string DescribeField(const Request& r, const std::string& field,
     out << (r.root_rank >= 0 && r.root_rank < static_cast<int>(world_ranks.size())
                 ? world_ranks[r.root_rank] : r.root_rank);
   else if (field == "device") out << (r.device < 0 ? "CPU" : "GPU");
+  else if (field == "process set") out << r.process_set;
   return out.str();
 }
 

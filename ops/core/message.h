@@ -24,6 +24,9 @@ struct Request {
   double prescale = 1.0;
   double postscale = 1.0;
   int32_t device = -1;       // -1: host memory; otherwise a GPU ordinal
+  // The process set whose members run it, for a GPU collective of a set other than the
+  // global one, which the world's lane negotiates (see engine.h); 0 otherwise.
+  int32_t process_set = 0;
   std::vector<Shape> shapes; // one per tensor; grouped collectives carry several
   // Not part of the signature (ranks may differ): a single-tensor allreduce that reads its
   // input from a buffer other than its output. In a Response it is the OR over the ranks,

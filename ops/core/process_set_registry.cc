@@ -130,6 +130,11 @@ Status Engine::CreateSets(const std::vector<std::vector<int>>& lists, int my_ind
     set->registration = registration;
     const int id = next_set_id_++;
     if (static_cast<int>(i) == my_index) {
+      if (GpuPlaneBuilt()) {
+        MPI_Comm gpu_comm = MPI_COMM_NULL;
+        KERASHVD_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(comm, &gpu_comm), "MPI_Comm_dup"));
+        KERASHVD_RETURN_IF_ERROR(MpiContext::FromComm(gpu_comm, &set->gpu_comm));
+      }
       KERASHVD_RETURN_IF_ERROR(MpiContext::FromComm(comm, &set->comm));
       set->lane = std::make_unique<Lane>(id, set->comm.get(), set->ranks, config_, &abort_,
                                          &timeline_);
@@ -222,6 +227,8 @@ Status Engine::RemoveProcessSet(int id, std::vector<int>* removed) {
       }
       removed->push_back(it->first);
       gone.push_back(it->second);
+      // The world's lane may still be using the set's GPU plane: it lives until shutdown.
+      if (it->second->gpu_comm) retired_.push_back(it->second);
       it = sets_.erase(it);
     }
   }
