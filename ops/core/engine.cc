@@ -145,9 +145,8 @@ void Engine::OnPeerFailure(int rank, const std::string& what) {
 
 bool Engine::IsMember(int id, int rank) const {
   std::lock_guard<std::mutex> lock(sets_mutex_);
-  auto it = sets_.find(id);
-  return it != sets_.end() &&
-         std::binary_search(it->second->ranks.begin(), it->second->ranks.end(), rank);
+  auto it = members_.find(id);
+  return it != members_.end() && std::binary_search(it->second.begin(), it->second.end(), rank);
 }
 
 Status Engine::ExecutorFor(const std::vector<WorkItem*>& group, Executor* host, Executor** out) {
@@ -171,16 +170,18 @@ Status Engine::ExecutorFor(const std::vector<WorkItem*>& group, Executor* host, 
     return Status::Ok();
   }
   // A set's group: only its members get here, each at the same place in the work list.
+  // A set removed meanwhile is among the retired ones, with its communicators.
   std::shared_ptr<SetEntry> set;
   {
     std::lock_guard<std::mutex> lock(sets_mutex_);
     auto it = sets_.find(id);
     if (it != sets_.end()) set = it->second;
+    for (const auto& retired : retired_)
+      if (!set && retired->id == id) set = retired;
   }
   if (!set || !set->gpu_comm)
-    return Status::FailedPrecondition("process set " + std::to_string(id) +
-                                      " was removed while its GPU collective '" +
-                                      response.request.name + "' was pending");
+    return Status::Internal("process set " + std::to_string(id) + " has no GPU communicator "
+                            "on this rank for '" + response.request.name + "'");
   if (!set->gpu)
     KERASHVD_RETURN_IF_ERROR(CreateGpuPlane(*set->gpu_comm, &abort_, &timeline_, device,
                                             /*timeout_seconds=*/0, &set->gpu));

@@ -81,6 +81,7 @@ class Engine {
 
  private:
   struct SetEntry {
+    int id = 0;
     std::vector<int> ranks;
     int registration = 0;              // the first id registered by the same call
     std::unique_ptr<MpiContext> comm;  // members only
@@ -133,7 +134,13 @@ class Engine {
   int next_set_id_ = 1;
   mutable std::mutex sets_mutex_;
   std::map<int, std::shared_ptr<SetEntry>> sets_;
-  std::vector<std::shared_ptr<SetEntry>> retired_;  // removed sets with a GPU communicator
+  // Removed sets with a GPU communicator: a GPU collective of the set still pending on the
+  // world's lane when it was removed can then run on every member alike.
+  std::vector<std::shared_ptr<SetEntry>> retired_;
+  // The members of every set registered so far, removed ones too (ids are never reused): the
+  // world's lane asks who takes part in a set's GPU collective, and every rank must keep
+  // giving the same answer while the set is being removed.
+  std::map<int, std::vector<int>> members_;
 };
 
 }  // namespace kerashvd

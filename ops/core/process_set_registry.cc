@@ -126,9 +126,10 @@ Status Engine::CreateSets(const std::vector<std::vector<int>>& lists, int my_ind
   ids->clear();
   for (size_t i = 0; i < lists.size(); ++i) {
     auto set = std::make_shared<SetEntry>();
+    const int id = next_set_id_++;
+    set->id = id;
     set->ranks = lists[i];
     set->registration = registration;
-    const int id = next_set_id_++;
     if (static_cast<int>(i) == my_index) {
       if (GpuPlaneBuilt()) {
         MPI_Comm gpu_comm = MPI_COMM_NULL;
@@ -142,6 +143,7 @@ Status Engine::CreateSets(const std::vector<std::vector<int>>& lists, int my_ind
     }
     std::lock_guard<std::mutex> lock(sets_mutex_);
     sets_[id] = set;
+    members_[id] = set->ranks;
     ids->push_back(id);
   }
   return Status::Ok();
