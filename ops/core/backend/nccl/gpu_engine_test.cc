@@ -26,135 +26,20 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <csignal>
-#include <thread>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "../../engine.h"
-#include "nccl_test_harness.h"
+#include "gpu_engine_jobs.h"
 
 namespace kerashvd {
 namespace {
 
-using nccl_test::CheckCuda;
-using nccl_test::Compare;
-using nccl_test::Decode;
-using nccl_test::DeviceBuffer;
-using nccl_test::Encode;
-using nccl_test::Fatal;
-using nccl_test::Tally;
-
-int g_device = 0;
-
-// One submitted collective: its GPU buffers, its outcome, and the outputs the engine allocated.
-struct Job {
-  TensorEntry entry;
-  std::vector<std::unique_ptr<DeviceBuffer>> buffers;  // inputs and preallocated outputs
-  std::vector<std::unique_ptr<DeviceBuffer>> allocated;
-  std::vector<int64_t> allocated_bytes;
-  Status status;
-  CollectiveResult result;
-  bool submitted_ok = true;
-};
-
-// Submits every job, then waits (at most two minutes) until the engine has completed each.
-void RunAll(Engine* engine, std::vector<Job*> jobs) {
-  std::mutex mutex;
-  std::condition_variable cv;
-  size_t pending = 0;
-  for (Job* job : jobs) {
-    job->entry.allocate = [job](size_t, const Shape& shape, void** data) {
-      const int64_t bytes = NumElements(shape) * DataTypeSize(job->entry.request.dtype);
-      job->allocated.push_back(std::make_unique<DeviceBuffer>(bytes));
-      job->allocated_bytes.push_back(bytes);
-      *data = job->allocated.back()->get();
-      return Status::Ok();
-    };
-    job->entry.done = [job, &mutex, &cv, &pending](const Status& s, const CollectiveResult& r) {
-      std::lock_guard<std::mutex> lock(mutex);
-      job->status = s;
-      job->result = r;
-      --pending;
-      cv.notify_all();
-    };
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      ++pending;
-    }
-    Status s = engine->Submit(job->entry);
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(mutex);
-      job->status = s;
-      job->submitted_ok = false;
-      --pending;
-    }
-  }
-  std::unique_lock<std::mutex> lock(mutex);
-  if (!cv.wait_for(lock, std::chrono::minutes(2), [&] { return pending == 0; }))
-    Fatal("a collective did not complete within two minutes");
-}
-
-Request MakeRequest(const std::string& name, OpType op, DataType dtype, std::vector<Shape> shapes,
-                    int device = g_device) {
-  Request r;
-  r.name = name;
-  r.op_type = op;
-  r.dtype = dtype;
-  r.shapes = std::move(shapes);
-  r.device = device;
-  return r;
-}
-
-// Adds a device input holding `values` and (unless `allocate_later`) an output of `out_elements`.
-void AddTensor(Job* job, const std::vector<double>& values, int64_t out_elements,
-               bool allocate_later = false) {
-  const DataType dtype = job->entry.request.dtype;
-  auto in = std::make_unique<DeviceBuffer>(values.size() * DataTypeSize(dtype));
-  in->Upload(Encode(dtype, values));
-  job->entry.inputs.push_back(in->get());
-  job->buffers.push_back(std::move(in));
-  if (allocate_later) {
-    job->entry.outputs.push_back(nullptr);
-    return;
-  }
-  auto out = std::make_unique<DeviceBuffer>(out_elements * DataTypeSize(dtype));
-  job->entry.outputs.push_back(out->get());
-  job->buffers.push_back(std::move(out));
-}
-
-std::vector<double> Output(const Job& job, size_t i, int64_t elements) {
-  const DataType dtype = job.entry.request.dtype;
-  const void* data = job.entry.outputs[i];
-  if (data == nullptr) data = job.allocated.at(i)->get();
-  std::vector<char> bytes(elements * DataTypeSize(dtype));
-  if (elements > 0)
-    CheckCuda(cudaMemcpy(bytes.data(), data, bytes.size(), cudaMemcpyDeviceToHost), "download");
-  return Decode(dtype, bytes);
-}
-
-double Value(int rank, int64_t i) { return 1 + (i * 7 + rank * 3) % 11; }
-
-std::vector<double> Values(int rank, int64_t n, int64_t offset = 0) {
-  std::vector<double> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = Value(rank, i + offset);
-  return v;
-}
-
-void Check(Tally* tally, const std::string& name, const Job& job, const std::vector<double>& expected,
-           size_t output = 0) {
-  std::string mismatch;
-  if (job.status.ok())
-    mismatch = Compare(job.entry.request.dtype, expected,
-                       Output(job, output, static_cast<int64_t>(expected.size())));
-  tally->Record(name, job.status, mismatch);
-}
+using namespace gpu_engine_test;
 
 // --- Cases ----------------------------------------------------------------------------------
 
@@ -324,118 +209,6 @@ void TestMixedDevices(Engine* e, Tally* t, int rank, int size) {
   t->Record("mixed.cpu", cpu.status, cpu.status.ok() ? Compare(DataType::kFloat32, expected, got) : "");
 }
 
-// Process sets on the GPU. Every member submits the collectives of its sets and of the
-// world in a burst, in an order that differs from rank to rank; the world's lane puts them in
-// one order on every rank, so the sets' NCCL communicators cannot deadlock each other. From
-// 3 ranks the sets overlap (evens and all ranks but the last). A host collective of a set runs
-// on the set's own lane beside them. Removing the sets stops them, and the world goes on.
-std::vector<double> SumOver(const std::vector<int>& ranks, int64_t n, int64_t offset = 0) {
-  std::vector<double> sum(n, 0);
-  for (int r : ranks)
-    for (int64_t i = 0; i < n; ++i) sum[i] += Value(r, i + offset);
-  return sum;
-}
-
-void RunSetBurst(Engine* e, Tally* t, int rank, const std::vector<std::vector<int>>& sets,
-                 const std::vector<int>& ids, const std::vector<int>& world, int64_t n,
-                 int step) {
-  const std::string suffix = step ? ".cached" : "";
-  std::vector<std::unique_ptr<Job>> jobs;
-  std::vector<std::function<void()>> checks;
-  auto job = [&](const std::string& name, OpType op, int set, int64_t rows, bool later) {
-    jobs.push_back(std::make_unique<Job>());
-    Job* j = jobs.back().get();
-    j->entry.request = MakeRequest(name, op, DataType::kFloat32, {{rows}});
-    j->entry.process_set = set;
-    AddTensor(j, Values(rank, rows), rows, later);
-    return j;
-  };
-  Job* w = job("set.world.gpu", OpType::kAllreduce, 0, n, false);
-  checks.push_back([&, w] { Check(t, "set.world.gpu" + suffix, *w, SumOver(world, n)); });
-  // A host collective of the first set, on the set's own lane.
-  std::vector<float> host_in(n), host_out(n, -1);
-  for (int64_t i = 0; i < n; ++i) host_in[i] = static_cast<float>(Value(rank, i));
-  Job host;
-  host.entry.request = MakeRequest("set.host", OpType::kAllreduce, DataType::kFloat32, {{n}}, -1);
-  host.entry.process_set = ids[0];
-  host.entry.inputs = {host_in.data()};
-  host.entry.outputs = {host_out.data()};
-  const bool in_first = std::binary_search(sets[0].begin(), sets[0].end(), rank);
-  for (size_t k = 0; k < sets.size(); ++k) {
-    const std::vector<int>& members = sets[k];
-    auto at = std::find(members.begin(), members.end(), rank);
-    if (at == members.end()) continue;
-    const std::string tag = "set" + std::to_string(k) + ".";
-    Job* a = job(tag + "allreduce", OpType::kAllreduce, ids[k], n, false);
-    Job* a2 = job(tag + "allreduce.fused", OpType::kAllreduce, ids[k], 7, false);
-    Job* b = job(tag + "broadcast", OpType::kBroadcast, ids[k], n, false);
-    const int root = static_cast<int>(members.size()) - 1;  // an index into the set
-    b->entry.request.root_rank = root;
-    Job* g = job(tag + "allgather", OpType::kAllgather, ids[k], 3, true);
-    checks.push_back([&, a, a2, b, g, tag, members, root] {
-      Check(t, tag + "allreduce" + suffix, *a, SumOver(members, n));
-      Check(t, tag + "allreduce.fused" + suffix, *a2, SumOver(members, 7));
-      Check(t, tag + "broadcast" + suffix, *b, Values(members[root], n));
-      std::vector<double> gathered;
-      for (int r : members)
-        for (double v : Values(r, 3)) gathered.push_back(v);
-      Check(t, tag + "allgather" + suffix, *g, gathered);
-    });
-  }
-  // Each rank submits in its own order: the world's collective first or last, by rank.
-  std::vector<Job*> order;
-  for (auto& j : jobs) order.push_back(j.get());
-  if (rank % 2 == 1) std::reverse(order.begin(), order.end());
-  else std::rotate(order.begin(), order.begin() + 1, order.end());
-  if (in_first) order.insert(order.begin() + order.size() / 2, &host);
-  const auto start = std::chrono::steady_clock::now();
-  RunAll(e, order);
-  // Not checked (speed is for benchmarks), but telling: a rank outside a set that idled for
-  // the cycle time, or a cached slot left unset, would cost 50 ms or 1 s here.
-  if (rank == 0)
-    std::printf("[rank 0] process-set burst %d took %.1f ms\n", step,
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  for (auto& check : checks) check();
-  if (in_first) {
-    std::vector<double> got(host_out.begin(), host_out.end());
-    t->Record("set.host" + suffix, host.status,
-              host.status.ok() ? Compare(DataType::kFloat32, SumOver(sets[0], n), got) : "");
-  }
-}
-
-void TestProcessSets(Engine* e, Tally* t, int rank, int size) {
-  if (size < 2) return;
-  std::vector<std::vector<int>> sets(1);
-  for (int r = 0; r < size; r += 2) sets[0].push_back(r);
-  if (size >= 3) {
-    sets.emplace_back();
-    for (int r = 0; r < size - 1; ++r) sets[1].push_back(r);
-  }
-  std::vector<int> ids(sets.size());
-  for (size_t k = 0; k < sets.size(); ++k) {
-    Status added = e->AddProcessSet(sets[k], &ids[k]);
-    t->Record("set.add." + std::to_string(k), added, "");
-    if (!added.ok()) return;
-  }
-  const int64_t n = 1000;
-  std::vector<int> world(size);
-  for (int r = 0; r < size; ++r) world[r] = r;
-  // Twice: the second burst's names are in the response cache, where a rank outside a set
-  // must mark the set's slots ready for them to run.
-  for (int step = 0; step < 2; ++step) RunSetBurst(e, t, rank, sets, ids, world, n, step);
-  for (size_t k = 0; k < sets.size(); ++k) {
-    std::vector<int> removed;
-    Status gone = e->RemoveProcessSet(ids[k], &removed);
-    t->Record("set.remove." + std::to_string(k), gone,
-              removed == std::vector<int>{ids[k]} ? "" : "removed other sets than asked for");
-  }
-  Job after;
-  after.entry.request = MakeRequest("set.after.gpu", OpType::kAllreduce, DataType::kFloat32, {{n}});
-  AddTensor(&after, Values(rank, n), n);
-  RunAll(e, {&after});
-  Check(t, "set.after.gpu", after, SumOver(world, n));
-}
-
 // The last rank to join is one of those that reduced first (any, for more than two ranks).
 void CheckLastJoined(Tally* t, const Job& join, int size) {
   const int last = join.result.last_joined_rank;
@@ -538,6 +311,7 @@ int FreezeTest(Engine* e, int rank) {
 
 int main(int argc, char** argv) {
   using namespace kerashvd;
+  using namespace kerashvd::gpu_engine_test;
   const bool freeze = argc > 1 && std::string(argv[1]) == "--freeze";
   std::unique_ptr<Engine> engine;
   Config config;
