@@ -65,7 +65,8 @@ class ProcessSet:
     >>> ps.ranks
     [0, 2]
     >>> from mpi4py import MPI
-    >>> halves = hvd.ProcessSet(MPI.COMM_WORLD.Split(color=hvd.rank() * 2 // hvd.size()))
+    >>> world = MPI.COMM_WORLD
+    >>> halves = hvd.ProcessSet(world.Split(color=world.rank * 2 // world.size))
     >>> hvd.add_process_set(halves)  # on every rank: each gets the set of its own half
     """
 
