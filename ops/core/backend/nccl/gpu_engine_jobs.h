@@ -12,13 +12,7 @@
 namespace kerashvd {
 namespace gpu_engine_test {
 
-using nccl_test::CheckCuda;
-using nccl_test::Compare;
-using nccl_test::Decode;
-using nccl_test::DeviceBuffer;
-using nccl_test::Encode;
-using nccl_test::Fatal;
-using nccl_test::Tally;
+using namespace nccl_test;  // the harness: DeviceBuffer, Tally, Encode/Decode, CheckCuda, ...
 
 extern int g_device;  // this process's GPU
 
