@@ -4,12 +4,11 @@
 // exchanges (AllgatherInt64, AlltoallInt64) take host pointers and go through MPI, because
 // their results steer host-side decisions (output shapes) and are a few bytes.
 //
-// Completion is synchronous in this first version: each call enqueues its NCCL work on the
-// context's stream and returns only after that work has finished (NcclContext::Wait polls an
-// event and NCCL's asynchronous error state). So outputs may be read by any stream or by the
-// host as soon as a call returns. Inputs must be complete before the call: the caller
-// synchronizes the stream that produced them (a later version can take a ready event to wait
-// on instead, and return one instead of blocking).
+// Completion is synchronous: each call enqueues its NCCL work on the context's stream and
+// returns only after that work has finished (NcclContext::Wait polls an event and NCCL's
+// asynchronous error state). So outputs may be read by any stream or by the host as soon as
+// a call returns. Inputs must be complete before the call: the caller synchronizes the
+// stream that produced them.
 //
 // How each collective maps onto NCCL:
 //   Allreduce      ncclAllReduce; float16 and bfloat16 are reduced natively, and Average maps
