@@ -18,6 +18,9 @@ import pytest  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# The `slurm_cluster` fixture: a real one-host SLURM cluster (tests/slurm_cluster.py).
+pytest_plugins = ["slurm_cluster"]
+
 
 @pytest.fixture(scope="session")
 def hvd():
