@@ -9,10 +9,10 @@ import dataclasses
 import math
 import os
 
-from . import _core, tf_threads
+from . import _core, gpu_pinning, tf_threads
 
 # Variables kerashvd reads or sets itself besides the engine settings.
-_OTHER_VARIABLES = {tf_threads.VARIABLE}
+_OTHER_VARIABLES = {tf_threads.VARIABLE, gpu_pinning.VARIABLE}
 # String settings: variable -> init() keyword.
 _PATH_SETTINGS = {"KERASHVD_TIMELINE": "timeline"}
 

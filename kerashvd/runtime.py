@@ -2,7 +2,7 @@
 
 import atexit
 
-from . import _build_info, _core, tf_threads
+from . import _build_info, _core, gpu_pinning, launch_env, tf_threads
 from .config import build_config
 
 
@@ -17,13 +17,14 @@ def _require_init():
             "(after kerashvd.shutdown(), call init() again).")
 
 
-def init(comm=None, process_sets=None, **settings):
+def init(comm=None, process_sets=None, pin_gpu=None, **settings):
     """Starts kerashvd in this process: MPI, and the engine's background thread.
 
-    Works under ``kerashvdrun``, ``mpiexec``, ``srun`` and as a single process under plain
-    ``python`` (size 1). Calling it again while running is a no-op. With several ranks on
-    this host it also stops TensorFlow's idle threads from spinning, if TensorFlow has run no
-    op yet (``KERASHVD_TF_THREAD_SPINNING``, see ``kerashvd.tf_threads``).
+    Works under ``kerashvdrun``, ``mpiexec``, ``srun --mpi=pmi2`` and as a single process
+    under plain ``python`` (size 1). Calling it again while running is a no-op. With several
+    ranks on this host it also makes each rank see only its own GPU (``pin_gpu``) and stops
+    TensorFlow's idle threads from spinning (``KERASHVD_TF_THREAD_SPINNING``, see
+    ``kerashvd.tf_threads``); both take effect only if TensorFlow has run no op yet.
 
     Args:
         comm: Horovod's argument: None or ``mpi4py.MPI.COMM_WORLD`` (kerashvd always runs on
@@ -32,13 +33,19 @@ def init(comm=None, process_sets=None, **settings):
             ranks), the same list on every rank; they get ids 1, 2, ... in this order. The
             string ``"dynamic"`` is accepted for Horovod compatibility: sets can always be
             added later with ``kerashvd.add_process_set``.
+        pin_gpu: with several ranks on this host and several visible GPUs, keep only GPU
+            ``local_rank()`` (modulo their number) visible to this rank's TensorFlow, as
+            Horovod's scripts do by hand (see ``kerashvd.gpu_pinning``). Default: True, or
+            ``KERASHVD_PIN_GPU`` (0 or 1) when set.
         **settings: engine settings overriding their ``KERASHVD_*`` variables:
             ``fusion_threshold_bytes``, ``cycle_time_ms``, ``cache_capacity``,
             ``stall_check_seconds``, ``stall_shutdown_seconds``, ``peer_timeout_seconds``.
 
     Raises:
         ValueError: for an unknown setting or ``KERASHVD_*`` variable, or a bad value.
-        RuntimeError: when MPI cannot start.
+        RuntimeError: when MPI cannot start, or when the launcher started several processes
+            but each is alone in its MPI world (e.g. ``srun`` without ``--mpi=pmi2``; see
+            ``kerashvd.launch_env``).
 
     Example:
 
@@ -51,14 +58,21 @@ def init(comm=None, process_sets=None, **settings):
 
     _check_comm(comm)
     if _core.is_initialized():
-        if settings or process_sets not in (None, "dynamic"):
+        if settings or pin_gpu is not None or process_sets not in (None, "dynamic"):
             raise ValueError(
                 "kerashvd is already initialized; settings and process sets can only be given "
                 "to the first init() (add sets with kerashvd.add_process_set). Call "
                 f"kerashvd.shutdown() first to change them. Received: {settings}, "
                 f"process_sets={process_sets!r}")
         return
+    pin = gpu_pinning.setting(pin_gpu)
     _core.init(build_config(settings))
+    try:
+        launch_env.check_world_size(_core.size())
+    except RuntimeError:
+        _core.shutdown()  # a world of one: no other rank is waiting for this one
+        raise
+    gpu_pinning.apply(_core.local_rank(), _core.local_size(), pin)
     # Several ranks per host: TensorFlow's idle threads must not spin (see tf_threads).
     tf_threads.apply(_core.local_size())
     try:

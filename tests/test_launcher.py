@@ -173,8 +173,9 @@ def test_kerashvdrun_uses_hosts_and_slurm_allocation(monkeypatch, capsys):
     assert "-hosts node1:2,node2:1 -n 3 " in command and "-launcher slurm" not in command
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.delenv("SLURM_STEP_ID", raising=False)  # not inside an srun step
     assert cli.main(["--dry-run", "python", "x.py"]) == 0
-    assert "-launcher slurm -rmk slurm -n 4 " in capsys.readouterr().err
+    assert "srun --mpi=pmi2 -n 4 " in capsys.readouterr().err
 
 
 def test_kerashvdrun_hostfile_and_mpi_args(monkeypatch, tmp_path, capsys):

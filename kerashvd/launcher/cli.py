@@ -1,9 +1,11 @@
-"""``kerashvdrun``: starts a command on N processes through MPICH hydra's ``mpiexec``.
+"""``kerashvdrun``: starts a command on N processes through MPICH hydra's ``mpiexec``, or
+through ``srun --mpi=pmi2`` inside a SLURM allocation.
 
 Example::
 
     kerashvdrun -np 4 python train.py --epochs 3
     kerashvdrun -np 8 -H node1:4,node2:4 --fusion-threshold-mb 32 -x NCCL_DEBUG=INFO python train.py
+    kerashvdrun python train.py      # in an sbatch script: one rank per SLURM task
 """
 
 import argparse
@@ -11,6 +13,7 @@ import os
 import queue
 import re
 import shlex
+import shutil
 import sys
 
 from . import command as _command
@@ -29,7 +32,9 @@ Run COMMAND on NP processes with kerashvd (through the mpiexec of the `mpich` pa
 Each rank runs under a small supervisor: when any rank exits with a non-zero code or is killed,
 kerashvdrun stops all the others and exits with that first failed rank's code (128 + N for a
 rank killed by signal N). Ctrl-C or SIGTERM stops every rank (send it twice to force).
-Under SLURM (SLURM_JOB_ID set, no -H), the job uses the allocation via hydra's SLURM support.
+Inside a SLURM allocation (SLURM_JOB_ID set, no -H or --hostfile) the ranks are SLURM tasks
+started with `srun --mpi=pmi2` (plus --overlap inside an srun step), so each gets its own
+--cpus-per-task CPUs and GPUs; -np defaults to SLURM_NTASKS.
 """
 
 _EPILOG = """\
@@ -37,6 +42,7 @@ examples:
   kerashvdrun -np 2 python train.py
   kerashvdrun -np 8 -H node1:4,node2:4 python train.py     (same paths on every host)
   kerashvdrun -np 4 --fusion-threshold-mb 32 --cycle-time-ms 2 -x OMP_NUM_THREADS=1 python train.py
+  kerashvdrun python train.py                 (in an sbatch script: srun --mpi=pmi2 -n $SLURM_NTASKS)
 """
 
 
@@ -63,7 +69,7 @@ def build_parser():
         "-H", "--hosts", metavar="HOST:SLOTS[,HOST:SLOTS...]",
         help="hosts to run on and how many processes each may run (':SLOTS' defaults to 1), "
              "e.g. node1:4,node2:4; passed to hydra as -hosts. Default: this machine, or the "
-             "SLURM allocation")
+             "SLURM allocation (through srun)")
     where.add_argument(
         "-hostfile", "--hostfile", metavar="PATH",
         help="a file of hosts instead of -H: one per line, as 'node1 slots=4' (Horovod's and "
@@ -77,14 +83,15 @@ def build_parser():
         "--prefix-output", action="store_true",
         help="start every output line of a rank with '[RANK] '")
     parser.add_argument(
-        "--verbose", action="store_true", help="print the mpiexec command before running it")
+        "--verbose", action="store_true", help="print the mpiexec (or srun) command before running it")
     parser.add_argument(
         "--dry-run", action="store_true",
-        help="print the mpiexec command and exit without running it")
+        help="print the mpiexec (or srun) command and exit without running it")
     parser.add_argument(
         "--mpi-args", metavar="'ARGS'", default="",
         help="extra options for hydra's mpiexec, as one quoted string placed before -n, e.g. "
-             "--mpi-args='-bind-to core' (see mpiexec -help)")
+             "--mpi-args='-bind-to core' (see mpiexec -help); inside a SLURM allocation, "
+             "options for srun instead, e.g. --mpi-args='--cpus-per-task=4'")
     add_engine_flags(parser.add_argument_group(
         "engine settings (become KERASHVD_* variables in every rank, read by kerashvd.init())"))
     parser.add_argument(
@@ -150,7 +157,7 @@ def main(argv=None):
     Returns:
         0 when every rank succeeded; the first failed rank's exit code (128 + N for a rank
         killed by signal N); 128 + N when kerashvdrun itself got signal N; 2 for bad arguments
-        or when mpiexec cannot be found.
+        or when mpiexec (srun inside a SLURM allocation) cannot be found.
 
     Example:
 
@@ -165,7 +172,11 @@ def main(argv=None):
     env = engine_environment(args)
     env.update(_variables(parser, args.variables))
     try:
-        mpiexec = find_mpiexec()
+        launcher = (shutil.which("srun") or ("srun" if args.dry_run else None)) if slurm \
+            else find_mpiexec()
+        if launcher is None:
+            raise LaunchError("SLURM_JOB_ID is set but srun is not on PATH: run kerashvdrun "
+                              "where SLURM's client commands are, or give the hosts with -H.")
     except LaunchError as err:
         print(f"kerashvdrun: error: {err}", file=sys.stderr)
         return 2
@@ -173,10 +184,14 @@ def main(argv=None):
     local = not slurm and all(is_local(h.name) for h in hosts or [])
     events = queue.Queue()
     with ReportServer(events, local=local) as server:
-        argv = _command.mpiexec_command(
-            mpiexec, np, args.command, env=env, hosts=hosts, slurm=slurm,
-            report_address=server.address, token=server.token,
-            prefix_output=args.prefix_output, mpi_args=args.mpi_args)
+        supervision = dict(report_address=server.address, token=server.token,
+                           prefix_output=args.prefix_output)
+        if slurm:
+            argv = _command.srun_command(launcher, np, args.command, env=env,
+                                         srun_args=args.mpi_args, **supervision)
+        else:
+            argv = _command.mpiexec_command(launcher, np, args.command, env=env, hosts=hosts,
+                                            mpi_args=args.mpi_args, **supervision)
         if args.verbose or args.dry_run:
             print(f"kerashvdrun: {shlex.join(argv)}", file=sys.stderr, flush=True)
         if args.dry_run:
@@ -185,7 +200,7 @@ def main(argv=None):
             outcome = run_job(argv, events, log=lambda message: print(
                 f"kerashvdrun: {message}", file=sys.stderr, flush=True))
         except OSError as err:
-            print(f"kerashvdrun: error: could not start {mpiexec}: {err}", file=sys.stderr)
+            print(f"kerashvdrun: error: could not start {argv[0]}: {err}", file=sys.stderr)
             return 2
     return outcome.exit_code
 

@@ -1,0 +1,152 @@
+"""kerashvd under a real SLURM cluster (the ``slurm_cluster`` fixture, tests/slurm_cluster.py).
+
+Covers: ``srun --mpi=pmi2`` gives one MPI world; a plain ``srun`` (each task a world of one)
+is an error on every task; the launches that are fine inside a batch script (plain python,
+kerashvdrun, the mpich package's mpiexec, srun, kerashvdrun inside an srun step); a failing
+rank under kerashvdrun stops the job; and the sbatch templates in recipes/slurm/ train a recipe.
+"""
+
+import json
+import os
+import re
+import shutil
+import sys
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = [pytest.mark.slurm, pytest.mark.mpi]
+
+WORLD = os.path.join(REPO, "tests", "slurm_scripts", "world.py")
+# Short stall deadlines: a mismatch must fail a test, not hang it.
+RANK_ENV = {"KERASHVD_STALL_CHECK_TIME": "20", "KERASHVD_STALL_SHUTDOWN_TIME": "60",
+            "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+
+def reports(text):
+    """The JSON objects printed by tests/slurm_scripts/world.py, in any order (ranks that
+    share a log may interleave their lines)."""
+    return [json.loads(match) for match in re.findall(r"\{[^{}]*\}", text)]
+
+
+def srun_world(cluster, srun_options, *world_args, env=None):
+    proc = cluster.run(["srun", *srun_options, sys.executable, WORLD, *world_args],
+                       env=dict(RANK_ENV, **(env or {})), timeout=180)
+    return proc, reports(proc.stdout)
+
+
+@pytest.mark.parametrize("options, env, ntasks, allreduce", [
+    (["--mpi=pmi2"], {}, 2, True),
+    ([], {"SLURM_MPI_TYPE": "pmi2"}, 3, False),
+], ids=["--mpi=pmi2", "SLURM_MPI_TYPE=pmi2"])
+def test_srun_with_pmi2_starts_one_world(slurm_cluster, options, env, ntasks, allreduce):
+    proc, ranks = srun_world(slurm_cluster, [*options, "-n", str(ntasks)],
+                             *(["--allreduce"] if allreduce else []), env=env)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-5000:]
+    assert len(ranks) == ntasks, output[-5000:]
+    assert sorted(r["rank"] for r in ranks) == list(range(ntasks))
+    assert {r["size"] for r in ranks} == {ntasks}
+    assert {r["local_size"] for r in ranks} == {ntasks}  # one host
+    assert all(r["rank"] == int(r["procid"]) for r in ranks)  # MPI rank == SLURM task
+    if allreduce:
+        assert {r["sum"] for r in ranks} == {ntasks * (ntasks + 1) / 2}
+
+
+def test_plain_srun_is_an_error_on_every_task(slurm_cluster):
+    proc, tasks = srun_world(slurm_cluster, ["-n", "2"], "--allreduce")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-5000:]
+    assert sorted(t["procid"] for t in tasks) == ["0", "1"], output[-5000:]
+    for task in tasks:
+        error = task.get("error", "")
+        assert "the launcher started 2 processes (SLURM_STEP_NUM_TASKS=2)" in error, output
+        assert "srun --mpi=pmi2 -n 2" in error and "SLURM_MPI_TYPE=pmi2" in error, error
+
+
+BATCH_SCRIPT = """\
+#!/bin/bash
+# Launches that are right inside an allocation of 2 tasks; each prints its world.
+world={world}
+python "$world" --tag batch                   # the batch script's own python: a world of 1
+kerashvdrun python "$world" --tag kerashvdrun --allreduce     # -np from SLURM_NTASKS
+mpiexec -n 2 python "$world" --tag mpiexec    # the mpich package's hydra
+srun --mpi=pmi2 python "$world" --tag srun
+srun -n 1 kerashvdrun -np 2 python "$world" --tag nested     # kerashvdrun in an srun step
+# A rank that fails stops the job; kerashvdrun exits with its code.
+kerashvdrun python -c 'import os, sys, time
+if os.environ["PMI_RANK"] == "1": sys.exit(7)
+time.sleep(120)'
+echo "failing job: exit $?"
+"""
+
+
+def test_launches_inside_a_batch_script(slurm_cluster, tmp_path):
+    script = tmp_path / "launches.sh"
+    script.write_text(BATCH_SCRIPT.format(world=WORLD))
+    job = slurm_cluster.sbatch(script, chdir=tmp_path, env=RANK_ENV,
+                               options=["-n", "2", f"--output={tmp_path}/%j.out"])
+    state = slurm_cluster.wait(job, timeout=300)
+    log = slurm_cluster.log(job)
+    assert state == "COMPLETED", log[-5000:]
+    by_tag = {}
+    for report in reports(log):
+        assert "error" not in report, log[-5000:]
+        by_tag.setdefault(report["tag"], []).append(report)
+    assert [r["size"] for r in by_tag["batch"]] == [1], log[-5000:]
+    for tag in ("kerashvdrun", "mpiexec", "srun", "nested"):
+        ranks = by_tag.get(tag, [])
+        assert sorted(r["rank"] for r in ranks) == [0, 1], (tag, log[-5000:])
+        assert {r["size"] for r in ranks} == {2}, (tag, log[-5000:])
+    assert {r["sum"] for r in by_tag["kerashvdrun"]} == {3.0}
+    assert "failing job: exit 7" in log, log[-5000:]
+    assert "rank 1 exited with code 7" in log, log[-5000:]  # kerashvdrun names the rank
+
+
+def template_job(cluster, tmp_path, template, *recipe_args, options=()):
+    """Submits recipes/slurm/TEMPLATE from the repository root, as the README says."""
+    path = os.path.join(REPO, "recipes", "slurm", template)
+    if template == "gpu.sbatch" and not cluster.gpus:
+        # No fake GPUs on this cluster (no mknod): the same template without its GRES request.
+        text = open(path).read()
+        path = tmp_path / template
+        path.write_text(re.sub(r"(?m)^#SBATCH --gres=.*\n", "", text))
+    job = cluster.sbatch(path, *recipe_args, chdir=REPO, env=RANK_ENV,
+                         options=[f"--output={tmp_path}/%x-%j.out", *options])
+    state = cluster.wait(job, timeout=600)
+    return state, cluster.log(job)
+
+
+# The templates ask for production sizes; the test cluster has 4 CPUs and 2 fake GPUs.
+SMALL = {"cpu.sbatch": ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1"],
+         "gpu.sbatch": ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("template", ["cpu.sbatch", "gpu.sbatch"])
+def test_template_trains_the_quickstart(slurm_cluster, tmp_path, template):
+    options = list(SMALL[template])
+    if template == "gpu.sbatch" and slurm_cluster.gpus:
+        options.append("--gres=gpu:2")
+    state, log = template_job(slurm_cluster, tmp_path, template, "recipes/quickstart.py",
+                              "--tiny", options=options)
+    assert state == "COMPLETED", log[-5000:]
+    assert "2 ranks" in log and "1 thread(s) each" in log, log[-3000:]
+    match = re.search(r"ranks=2 final val_accuracy=([0-9.]+)", log)
+    assert match and float(match.group(1)) > 0.8, log[-5000:]
+
+
+def test_template_rejects_a_missing_recipe(slurm_cluster, tmp_path):
+    state, log = template_job(slurm_cluster, tmp_path, "cpu.sbatch", "recipes/no_such.py",
+                              options=SMALL["cpu.sbatch"])
+    assert state == "FAILED", log
+    assert "recipes/no_such.py: no such file" in log, log
+
+
+def test_fixture_leaves_the_node_idle(slurm_cluster):
+    """Sanity of the fixture itself: the node is up and offers the CPUs the tests rely on."""
+    proc = slurm_cluster.run(["scontrol", "show", "node", slurm_cluster.node])
+    assert proc.returncode == 0, proc.stderr
+    assert f"CPUTot={slurm_cluster.cpus}" in proc.stdout, proc.stdout
+    assert shutil.which("srun", path=slurm_cluster.env["PATH"]), slurm_cluster.env["PATH"]
