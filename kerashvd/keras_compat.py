@@ -22,8 +22,8 @@ import os
 
 import tensorflow as tf
 
-__all__ = ["KERAS_NAME", "USES_TF_KERAS", "keras", "build_optimizer", "optimizer_built",
-           "optimizer_variables", "variable_aggregation"]
+__all__ = ["KERAS_NAME", "USES_TF_KERAS", "keras", "build_optimizer", "model_built",
+           "optimizer_built", "optimizer_variables", "variable_aggregation"]
 
 USES_TF_KERAS = os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True")
 KERAS_NAME = "Keras 2 (tf_keras)" if USES_TF_KERAS else "Keras 3"
@@ -59,6 +59,17 @@ def optimizer_variables(optimizer):
     return variables
 
 
+def model_built(model):
+    """Whether the model's weights exist.
+
+    A ``Sequential`` without ``keras.Input`` and a subclassed model create their weights at
+    their first call, which ``fit`` makes inside its first (traced) training step; until
+    then ``model.trainable_variables`` is empty (Keras 3) and ``model.variables`` raises
+    (tf_keras). Both Keras versions keep the flag in ``built``.
+    """
+    return bool(getattr(model, "built", False))
+
+
 def optimizer_built(optimizer):
     """Whether the optimizer has created its state (slots such as momentum buffers).
 
@@ -74,9 +85,10 @@ def optimizer_built(optimizer):
 def build_optimizer(optimizer, variables):
     """Creates the optimizer's state for ``variables`` unless it exists already.
 
-    Keras 3 builds the optimizer before ``on_train_begin``; tf_keras only at the first step,
-    so a callback that needs the state first builds it here. Legacy tf_keras optimizers have
-    no ``build`` and are left alone (their state appears at their first step).
+    ``fit`` builds the optimizer at the first step (Keras 3 earlier only under a
+    ``tf.distribute`` strategy), so a callback that needs the state first builds it here,
+    for the variables of a built model (see :func:`model_built`). Legacy tf_keras optimizers
+    have no ``build`` and are left alone (their state appears at their first step).
     """
     if not optimizer_built(optimizer) and hasattr(optimizer, "build"):
         optimizer.build(variables)

@@ -36,6 +36,7 @@ from tf_keras.mixed_precision import LossScaleOptimizer
 from ..compression import Compression
 from ..process_sets import global_process_set
 from ..reduce_ops import Average
+from .apply_hooks import ApplyHooks
 from .aggregation import LocalAggregator
 from .reduction import GradientReducer, ReducerSettings, check_not_xla
 from .loss_scale_order import wrapped_by_loss_scaling
@@ -57,7 +58,7 @@ def _is_keras3_optimizer(optimizer):
 
 
 @tf_keras.saving.register_keras_serializable(package="kerashvd", name="DistributedOptimizerKeras2")
-class DistributedOptimizer(ReducerSettings, tf_keras.optimizers.Optimizer):
+class DistributedOptimizer(ReducerSettings, ApplyHooks, tf_keras.optimizers.Optimizer):
     """Averages gradients over all ranks, then applies them with the wrapped tf_keras optimizer.
 
     Args: as the Keras 3 ``kerashvd.optimizer.keras3.DistributedOptimizer``; ``optimizer`` is a
@@ -159,6 +160,7 @@ class DistributedOptimizer(ReducerSettings, tf_keras.optimizers.Optimizer):
         grads, variables = (list(x) for x in zip(*grads_and_vars))
         with tf.init_scope():
             self.build(variables)
+        self._run_before_apply()
 
         def reduce_and_apply(local_grads):
             reduced = self._reducer.reduce(local_grads, variables)

@@ -29,6 +29,7 @@ from keras.optimizers import LossScaleOptimizer
 from ..compression import Compression
 from ..process_sets import global_process_set
 from ..reduce_ops import Average
+from .apply_hooks import ApplyHooks
 from .aggregation import LocalAggregator
 from .reduction import GradientReducer, ReducerSettings, check_not_xla
 from .loss_scale_order import wrapped_by_loss_scaling
@@ -50,7 +51,7 @@ def _accumulation_steps(optimizer):
 
 
 @keras.saving.register_keras_serializable(package="kerashvd", name="DistributedOptimizer")
-class DistributedOptimizer(ReducerSettings, _KerasOptimizer):
+class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
     """An optimizer that averages gradients over all ranks before applying them.
 
     Wraps a Keras 3 optimizer (or, given a ``tf_keras`` optimizer, returns the Keras 2 adapter
@@ -202,6 +203,7 @@ class DistributedOptimizer(ReducerSettings, _KerasOptimizer):
             with keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
             self.built = True
+        self._run_before_apply()
 
         def reduce_and_apply(local_grads):
             reduced = self._reducer.reduce(local_grads, trainable_variables)

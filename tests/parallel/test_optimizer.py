@@ -12,20 +12,17 @@ import pytest
 import tensorflow as tf
 
 from kerashvd.keras_compat import USES_TF_KERAS, keras
+from model_styles import dense, sequential
 
 pytestmark = pytest.mark.keras
 STEPS, BATCH = 4, 2
 
 
 # -- helpers shared with test_optimizer_precision, test_tape and test_saving ---------------
-def make_model(inputs=3, hidden=4, seed=0, dtype=None):
-    """A tiny MLP whose weights come from a seeded RNG, the same on every rank."""
-    model = keras.Sequential([keras.Input((inputs,)),
-                              keras.layers.Dense(hidden, activation="tanh", dtype=dtype),
-                              keras.layers.Dense(1, dtype=dtype)])
-    rng = np.random.RandomState(seed)
-    model.set_weights([rng.uniform(-1, 1, w.shape).astype("float32") for w in model.get_weights()])
-    return model
+def make_model(inputs=3, hidden=4, seed=0, dtype=None, style="input"):
+    """A tiny MLP of ``style`` (see model_styles) with seeded weights, the same on every rank."""
+    return sequential(style, (inputs,), [dense(hidden, 10 * seed, activation="tanh", dtype=dtype),
+                                         dense(1, 10 * seed + 2, dtype=dtype)])
 
 
 def make_data(hvd, steps=STEPS, batch=BATCH, inputs=3, seed=1):
@@ -98,19 +95,23 @@ def _count_grouped_allreduces(monkeypatch):
     return executed
 
 
-@pytest.mark.parametrize("kind", ["sgd", "adam"])
-def test_fit_equals_one_process_on_the_concatenated_batch(hvd, monkeypatch, kind):
+@pytest.mark.parametrize("kind,style", [("sgd", "input"), ("adam", "input"),
+                                        ("adam", "deferred"), ("sgd", "subclassed")])
+def test_fit_equals_one_process_on_the_concatenated_batch(hvd, monkeypatch, kind, style):
+    """Ranks start from different weights; the broadcast callback gives rank 0's to all, also
+    for lazily built models (inside the first step), so the first update is already exact."""
     x, y, full_x, full_y = make_data(hvd)
     executed = _count_grouped_allreduces(monkeypatch)
-    model = make_model()
+    model = make_model(seed=7 * hvd.rank(), style=style)
     model.compile(optimizer=hvd.DistributedOptimizer(make_optimizer(kind, 0.05)), loss="mse")
-    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
 
     expected = reference_train(make_model(), make_optimizer(kind, 0.05), full_x, full_y,
                                BATCH * hvd.size())
     assert int(model.optimizer.iterations) == STEPS
     assert int(executed.numpy()) == STEPS  # one dtype: one fused collective per step
-    assert_identical_on_all_ranks(hvd, model.get_weights(), f"fit_{kind}")
+    assert_identical_on_all_ranks(hvd, model.get_weights(), f"fit_{kind}_{style}")
     assert_close(model.get_weights(), expected.get_weights())
 
 
@@ -118,7 +119,7 @@ def test_backward_passes_per_step_equals_a_k_times_larger_batch(hvd, monkeypatch
     k = 2
     x, y, full_x, full_y = make_data(hvd)
     executed = _count_grouped_allreduces(monkeypatch)
-    model = make_model()
+    model = make_model(style="deferred")  # the accumulators are built at the first step
     opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.05), backward_passes_per_step=k,
                                    average_aggregated_gradients=True)
     model.compile(optimizer=opt, loss="mse")

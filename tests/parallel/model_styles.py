@@ -1,0 +1,77 @@
+"""Keras models built the three ways users build them, for the Keras tests (either Keras).
+
+- ``"input"``: ``keras.Sequential([keras.Input(shape), *layers])``, built at once;
+- ``"deferred"``: ``keras.Sequential(layers)``, built at its first call (the style of most
+  Horovod examples);
+- ``"subclassed"``: a ``keras.Model`` subclass that calls the layers in order, built at its
+  first call.
+
+``fit`` creates the weights of the last two inside its first traced step, which is where
+lazily built models used to break kerashvd (the optimizer built on no variables). Tests that
+touch building (broadcast, checkpoints, saving, optimizer state, local layers, sync batch
+norm, mixed precision, tapes) take a ``style``; the weights come from seeded initializers,
+so a model holds the same weights whichever style and whenever it is built.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from kerashvd.keras_compat import keras
+
+STYLES = ("input", "deferred", "subclassed")
+
+
+@keras.saving.register_keras_serializable(package="kerashvd_tests")
+class SeededUniform(keras.initializers.Initializer):
+    """Uniform values from ``numpy.random.RandomState(seed)``: the same for every call."""
+
+    def __init__(self, seed, low=-1.0, high=1.0):
+        self.seed, self.low, self.high = int(seed), float(low), float(high)
+
+    def __call__(self, shape, dtype=None, **kwargs):
+        values = np.random.RandomState(self.seed).uniform(self.low, self.high, tuple(shape))
+        return tf.constant(values, dtype=tf.as_dtype(dtype or "float32"))
+
+    def get_config(self):
+        return {"seed": self.seed, "low": self.low, "high": self.high}
+
+
+def dense(units, seed, low=-1.0, high=1.0, **kwargs):
+    """A ``Dense`` layer whose kernel and bias come from :class:`SeededUniform`."""
+    return keras.layers.Dense(units, kernel_initializer=SeededUniform(seed, low, high),
+                              bias_initializer=SeededUniform(seed + 1, low, high), **kwargs)
+
+
+@keras.saving.register_keras_serializable(package="kerashvd_tests")
+class Stack(keras.Model):
+    """A subclassed model: calls its layers in order (saved and loaded by config)."""
+
+    def __init__(self, stack, **kwargs):
+        super().__init__(**kwargs)
+        self.stack = list(stack)
+
+    def call(self, inputs, training=None):
+        for layer in self.stack:
+            inputs = layer(inputs, training=training)
+        return inputs
+
+    def get_config(self):
+        return {"name": self.name, "stack": [keras.layers.serialize(layer) for layer in self.stack]}
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        config["stack"] = [keras.layers.deserialize(layer, custom_objects=custom_objects)
+                           for layer in config["stack"]]
+        return cls(**config)
+
+
+def sequential(style, input_shape, layers, input_dtype=None):
+    """``layers`` in a model of ``style`` (one of :data:`STYLES`) taking ``input_shape``."""
+    if style == "input":
+        return keras.Sequential([keras.Input(input_shape, dtype=input_dtype), *layers])
+    if style == "deferred":
+        return keras.Sequential(layers)
+    if style == "subclassed":
+        return Stack(layers)
+    raise ValueError(f"style must be one of {STYLES}; received style={style!r}")
