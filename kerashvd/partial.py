@@ -2,11 +2,13 @@
 
 Some layers are meant to differ between ranks: model-parallel parts, a per-rank head or
 embedding shard. Their gradients must not be averaged. These two functions build the usual
-distributed optimizer or tape and register every trainable weight of ``local_layers`` as
-local (``register_local_var`` / ``register_local_source``): those gradients are applied on
-their own rank, divided by ``size()`` unless ``scale_local_gradients=False``.
+distributed optimizer or tape and register ``local_layers``: every trainable weight of
+theirs is local (as with ``register_local_var`` / ``register_local_source``), read at each
+step, so that the layers of a model built lazily (no ``keras.Input``, or subclassed) can be
+registered before ``fit`` creates their weights. Local gradients are applied on their own
+rank, divided by ``size()`` unless ``scale_local_gradients=False``.
 
-Pass the same ``local_variables`` to ``BroadcastGlobalVariablesCallback`` (or
+Pass the same layers as ``local_variables`` to ``BroadcastGlobalVariablesCallback`` (or
 ``broadcast_model_state``) so that the start-of-training broadcast leaves them alone too.
 """
 
@@ -25,8 +27,8 @@ def _layer_classes():
     return tuple(classes)
 
 
-def _local_weights(local_layers):
-    """The trainable weights of ``local_layers`` (a layer, a list of layers, or None)."""
+def _local_layers(local_layers):
+    """``local_layers`` (a layer, a list of layers, or None) as a list of layers."""
     if local_layers is None:
         return []
     classes = _layer_classes()
@@ -36,7 +38,7 @@ def _local_weights(local_layers):
             classes and isinstance(layer, classes) for layer in local_layers):
         raise ValueError("local_layers must be a Keras layer or a list of Keras layers; "
                          f"received local_layers={local_layers!r}")
-    return [w for layer in local_layers for w in layer.trainable_weights]
+    return list(local_layers)
 
 
 def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",  # noqa: N802
@@ -50,9 +52,9 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     Arguments are those of ``DistributedOptimizer`` (Horovod's order), plus:
 
     Args:
-        local_layers: a Keras layer or a list of them, built (their weights must exist).
-            Their trainable weights' gradients are applied on each rank without any
-            collective.
+        local_layers: a Keras layer or a list of them. Their trainable weights' gradients
+            are applied on each rank without any collective. The weights are read at each
+            step, so layers of a model built lazily (at its first call in ``fit``) work.
         scale_local_gradients: divide those local gradients by ``size()`` (default True).
 
     Returns:
@@ -68,7 +70,7 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), head])
     >>> opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1), local_layers=[head])
     """
-    weights = _local_weights(local_layers)
+    layers = _local_layers(local_layers)
     from .optimizer import DistributedOptimizer
 
     distributed = DistributedOptimizer(
@@ -78,8 +80,8 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
         gradient_predivide_factor=gradient_predivide_factor,
         average_aggregated_gradients=average_aggregated_gradients, groups=groups,
         scale_local_gradients=scale_local_gradients, process_set=process_set)
-    for weight in weights:
-        distributed.register_local_var(weight)
+    for layer in layers:
+        distributed._reducer.register_local_layer(layer)
     return distributed
 
 
@@ -96,7 +98,7 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", 
     Raises:
         ValueError: when ``local_layers`` holds something other than Keras layers.
     """
-    weights = _local_weights(local_layers)
+    layers = _local_layers(local_layers)
     from .tape import DistributedGradientTape
 
     tape = DistributedGradientTape(
@@ -105,6 +107,6 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", 
         gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups,
         groups=groups, name=name, scale_local_gradients=scale_local_gradients,
         process_set=process_set)
-    for weight in weights:
-        tape.register_local_source(weight)
+    for layer in layers:
+        tape._reducer.register_local_layer(layer)
     return tape

@@ -155,6 +155,7 @@ class GradientReducer:
                             f"process_set={process_set!r}")
         self.process_set = process_set
         self._local = {}  # id(variable) -> variable (held, so that the id is not reused)
+        self._local_layers = []  # their trainable weights are local, read at each reduce()
 
     def register_local(self, variable):
         """Marks ``variable`` as local: its gradient is never communicated (see rule 5).
@@ -171,14 +172,24 @@ class GradientReducer:
                             f"{variable!r} of type {type(variable).__name__}")
         self._local[id(variable)] = variable
 
+    def register_local_layer(self, layer):
+        """Marks the trainable weights of ``layer`` as local, read at each :meth:`reduce`.
+
+        A layer of a model built lazily (no ``keras.Input``, or a subclassed model) has no
+        weights until the model's first call, which ``fit`` makes inside its first step:
+        reading them there, not at registration, lets such layers be registered up front.
+        """
+        self._local_layers.append(layer)
+
     @property
     def local_variables(self):
-        """The variables registered as local, in registration order."""
-        return list(self._local.values())
+        """The variables registered as local (the layers' current weights included)."""
+        layer_weights = [w for layer in self._local_layers for w in layer.trainable_weights
+                         if id(w) not in self._local]
+        return list(self._local.values()) + layer_weights
 
-    def _is_local(self, variables, index):
-        return (bool(self._local) and variables is not None and index < len(variables)
-                and id(variables[index]) in self._local)
+    def _local_ids(self):
+        return {id(v) for v in self.local_variables}
 
     def _size(self):
         return set_size(self.process_set.process_set_id)
@@ -208,10 +219,11 @@ class GradientReducer:
             return grads  # rule 6
         out = [None] * len(grads)
         dense = []
+        local = self._local_ids()
         for index, g in enumerate(grads):
             if g is None:
                 continue
-            if self._is_local(variables, index):
+            if variables is not None and index < len(variables) and id(variables[index]) in local:
                 out[index] = self._scale_local(g)
             elif isinstance(g, tf.IndexedSlices) and not self.sparse_as_dense:
                 out[index] = self._reduce_sparse(g, index)

@@ -11,18 +11,15 @@ import pytest
 import tensorflow as tf
 
 from kerashvd.keras_compat import keras
+from model_styles import dense, sequential
 from test_optimizer import apply, assert_close, assert_identical_on_all_ranks
 
 pytestmark = pytest.mark.keras
 BATCH, STEPS = 3, 4
 
 
-def _model():
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"),
-                              keras.layers.Dense(2)])
-    rng = np.random.RandomState(0)
-    model.set_weights([rng.uniform(-1, 1, w.shape).astype("float32") for w in model.get_weights()])
-    return model
+def _model(style="input"):
+    return sequential(style, (3,), [dense(4, 0, activation="tanh"), dense(2, 2)])
 
 
 def _data(rank):
@@ -58,18 +55,22 @@ def _simulate(n, passes, scale):
     return [m.get_weights() for m in models]
 
 
-@pytest.mark.parametrize("passes,scale", [(1, True), (2, True), (1, False)])
-def test_fit_with_a_local_head_matches_the_simulation(hvd, passes, scale):
+@pytest.mark.parametrize("passes,scale,style", [(1, True, "input"), (2, True, "deferred"),
+                                                (1, False, "subclassed")])
+def test_fit_with_a_local_head_matches_the_simulation(hvd, passes, scale, style):
+    """The head is registered before fit; with a lazily built model its weights appear only
+    inside the first step, where they must be found and kept local."""
     n, r = hvd.size(), hvd.rank()
-    model = _model()
-    head = model.layers[-1]
+    head = dense(2, 2)
+    model = sequential(style, (3,), [dense(4, 0, activation="tanh"), head])
     opt = hvd.PartialDistributedOptimizer(
         keras.optimizers.SGD(0.1, momentum=0.5), name=f"partial_fit_{passes}_{scale}",
         backward_passes_per_step=passes, local_layers=[head], scale_local_gradients=scale)
-    assert {id(v) for v in opt._reducer.local_variables} == {id(w) for w in head.trainable_weights}
     model.compile(optimizer=opt, loss="mse")
     x, y = _data(r)
     model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    assert len(head.trainable_weights) == 2
+    assert {id(v) for v in opt._reducer.local_variables} == {id(w) for w in head.trainable_weights}
 
     expected = _simulate(n, passes, scale)
     assert_close(model.get_weights(), expected[r])
@@ -122,13 +123,15 @@ def test_partial_tape_registers_the_layers(hvd):
     assert_identical_on_all_ranks(hvd, [g.numpy() for g in grads[:2]], "partial_tape_shared")
 
 
-def test_broadcast_leaves_local_variables_alone(hvd):
+@pytest.mark.parametrize("as_layer", [False, True])
+def test_broadcast_leaves_local_variables_alone(hvd, as_layer):
     r = hvd.rank()
     model = _model()
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     model.set_weights([w + r for w in model.get_weights()])
     head = model.layers[-1]
-    callback = hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=head.trainable_weights)
+    local = head if as_layer else head.trainable_weights
+    callback = hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=local)
     callback.set_model(model)
     callback.on_train_begin()
     weights, root = model.get_weights(), _model().get_weights()
