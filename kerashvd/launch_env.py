@@ -48,7 +48,7 @@ def _announced(environ):
             return (name, n,
                     f"{launcher} cannot start kerashvd's MPI (MPICH, from the `mpich` package): "
                     f"launch with kerashvdrun -np {n} python ... (or that package's "
-                    f"mpiexec -n {n}); under SLURM, srun --mpi=pmi2 -n {n} python ....")
+                    f"mpiexec -n {n}); under SLURM, use srun --mpi=pmi2.")
     n = _count(environ, "SLURM_STEP_NUM_TASKS")
     if n is not None:
         mpi_type = environ.get("SLURM_MPI_TYPE")

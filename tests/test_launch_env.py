@@ -43,7 +43,7 @@ def test_consistent_launches_are_not_errors(environ, mpi_size):
                                                "srun --mpi=pmi2 -n 4"]),
     ({"OMPI_COMM_WORLD_SIZE": "3", "OMPI_COMM_WORLD_RANK": "2"},
      ["started 3 processes (OMPI_COMM_WORLD_SIZE=3)", "Open MPI's mpirun",
-      "kerashvdrun -np 3", "srun --mpi=pmi2 -n 3"]),
+      "kerashvdrun -np 3", "under SLURM, use srun --mpi=pmi2."]),
     ({"MV2_COMM_WORLD_SIZE": "2"}, ["MVAPICH's mpirun_rsh", "kerashvdrun -np 2"]),
     (dict(SRUN_PMI2, PMI_SIZE="4"), ["(PMI_SIZE=4)", "did not join it"]),
 ], ids=["srun-plain", "srun-pmix", "openmpi", "mvapich", "pmi-not-joined"])

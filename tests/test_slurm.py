@@ -74,6 +74,10 @@ kerashvdrun python "$world" --tag kerashvdrun --allreduce     # -np from SLURM_N
 mpiexec -n 2 python "$world" --tag mpiexec    # the mpich package's hydra
 srun --mpi=pmi2 python "$world" --tag srun
 srun -n 1 kerashvdrun -np 2 python "$world" --tag nested     # kerashvdrun in an srun step
+kerashvdrun -x KHVD_TEST_VALUE=passed --prefix-output python -c \
+    'import os; print("value", os.environ["KHVD_TEST_VALUE"])'
+srun -n 1 python -c 'import kerashvd as hvd                   # kerashvd.run in an srun step
+print("run:", hvd.run(lambda: hvd.init() or hvd.size(), np=2, verbose=False))'
 # A rank that fails stops the job; kerashvdrun exits with its code.
 kerashvdrun python -c 'import os, sys, time
 if os.environ["PMI_RANK"] == "1": sys.exit(7)
@@ -100,6 +104,8 @@ def test_launches_inside_a_batch_script(slurm_cluster, tmp_path):
         assert sorted(r["rank"] for r in ranks) == [0, 1], (tag, log[-5000:])
         assert {r["size"] for r in ranks} == {2}, (tag, log[-5000:])
     assert {r["sum"] for r in by_tag["kerashvdrun"]} == {3.0}
+    assert "[0] value passed" in log and "[1] value passed" in log, log[-5000:]
+    assert "run: [2, 2]" in log, log[-5000:]
     assert "failing job: exit 7" in log, log[-5000:]
     assert "rank 1 exited with code 7" in log, log[-5000:]  # kerashvdrun names the rank
 
@@ -133,6 +139,8 @@ def test_template_trains_the_quickstart(slurm_cluster, tmp_path, template):
                               "--tiny", options=options)
     assert state == "COMPLETED", log[-5000:]
     assert "2 ranks" in log and "1 thread(s) each" in log, log[-3000:]
+    if template == "gpu.sbatch" and slurm_cluster.gpus:
+        assert "GPUs 0,1:" in log, log[-3000:]  # SLURM's binding of the (fake) GRES
     match = re.search(r"ranks=2 final val_accuracy=([0-9.]+)", log)
     assert match and float(match.group(1)) > 0.8, log[-5000:]
 
