@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from kerashvd.keras_compat import keras, optimizer_built
+from model_styles import dense, sequential
 
 pytestmark = pytest.mark.keras
 CALLBACKS_API = [
@@ -97,6 +98,39 @@ def test_broadcast_callback_builds_an_unbuilt_optimizer(hvd):
     _assert_same_on_every_rank(hvd, _values(model.variables) + _values(model.optimizer.variables))
     with pytest.raises(ValueError, match="root_rank"):
         hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank=-1)
+
+
+@pytest.mark.parametrize("style", ["deferred", "subclassed"])
+def test_broadcast_callback_with_a_plain_optimizer_and_a_lazily_built_model(hvd, style):
+    """No DistributedOptimizer to broadcast inside the first step: the broadcast follows the
+    first batch (Horovod's rule), so every rank continues from rank 0's state after step 1.
+    With the same data on every rank, that is rank 0 training alone."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8, 3)).astype(np.float32)
+    y = rng.normal(size=(8, 1)).astype(np.float32)
+
+    def train(model):
+        model.compile(optimizer=keras.optimizers.Adam(0.1), loss="mse")
+        model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+        return model.get_weights() + [v.numpy() for v in model.optimizer.variables]
+
+    got = train(sequential(style, (3,), [dense(4, 10 * hvd.rank(), activation="tanh"),
+                                         dense(1, 10 * hvd.rank() + 5)]))
+    want = train(sequential("input", (3,), [dense(4, 0, activation="tanh"), dense(1, 5)]))
+    _assert_same_on_every_rank(hvd, got)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_broadcast_model_state_of_an_unbuilt_model_fails_on_every_rank(hvd):
+    """Rank 0's model is built, the last rank's is not: every rank raises, naming it."""
+    last = hvd.size() - 1
+    model = sequential("deferred" if hvd.rank() == last else "input", (3,), [dense(2, 0)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    with pytest.raises(ValueError, match=rf"no weights yet on rank\(s\) \[{last}\].*keras\.Input"):
+        hvd.callbacks.broadcast_model_state(model, name="test.unbuilt")
+    assert not optimizer_built(model.optimizer)  # not built on an empty variable list
 
 
 class _LearningRates(keras.callbacks.Callback):

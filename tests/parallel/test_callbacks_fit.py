@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from kerashvd.keras_compat import keras
+from model_styles import sequential
 
 pytestmark = pytest.mark.keras
 
@@ -18,11 +19,12 @@ def _data(n, seed):
     return x, y
 
 
-def test_full_callback_stack_with_distributed_optimizer(hvd, tmp_path):
+@pytest.mark.parametrize("style", ["input", "deferred"])  # subclassed: in test_saving etc.
+def test_full_callback_stack_with_distributed_optimizer(hvd, tmp_path, style):
     directory = hvd.broadcast_object(str(tmp_path), root_rank=0)
     keras.utils.set_random_seed(10 + hvd.rank())  # different initial weights on every rank
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"),
-                              keras.layers.Dense(1, activation="sigmoid")])
+    model = sequential(style, (4,), [keras.layers.Dense(8, activation="relu"),
+                                     keras.layers.Dense(1, activation="sigmoid")])
     lr = 0.05 * hvd.size()
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(lr, momentum=0.9)),
                   loss="binary_crossentropy", metrics=[keras.metrics.AUC(name="auc")])
