@@ -70,10 +70,10 @@ BATCH_SCRIPT = """\
 # Launches that are right inside an allocation of 2 tasks; each prints its world.
 world={world}
 python "$world" --tag batch                   # the batch script's own python: a world of 1
-kerashvdrun python "$world" --tag kerashvdrun --allreduce     # -np from SLURM_NTASKS
+kerashvdrun --verbose python "$world" --tag kerashvdrun --allreduce  # -np: SLURM_NTASKS
 mpiexec -n 2 python "$world" --tag mpiexec    # the mpich package's hydra
 srun --mpi=pmi2 python "$world" --tag srun
-srun -n 1 kerashvdrun -np 2 python "$world" --tag nested     # kerashvdrun in an srun step
+srun -n 1 kerashvdrun --verbose -np 2 python "$world" --tag nested  # in an srun step
 kerashvdrun -x KHVD_TEST_VALUE=passed --prefix-output python -c \
     'import os; print("value", os.environ["KHVD_TEST_VALUE"])'
 srun -n 1 python -c 'import kerashvd as hvd                   # kerashvd.run in an srun step
@@ -90,7 +90,7 @@ def test_launches_inside_a_batch_script(slurm_cluster, tmp_path):
     script = tmp_path / "launches.sh"
     script.write_text(BATCH_SCRIPT.format(world=WORLD))
     job = slurm_cluster.sbatch(script, chdir=tmp_path, env=RANK_ENV,
-                               options=["-n", "2", f"--output={tmp_path}/%j.out"])
+                               options=["-n", "2", "-c", "2", f"--output={tmp_path}/%j.out"])
     state = slurm_cluster.wait(job, timeout=300)
     log = slurm_cluster.log(job)
     assert state == "COMPLETED", log[-5000:]
@@ -104,6 +104,9 @@ def test_launches_inside_a_batch_script(slurm_cluster, tmp_path):
         assert sorted(r["rank"] for r in ranks) == [0, 1], (tag, log[-5000:])
         assert {r["size"] for r in ranks} == {2}, (tag, log[-5000:])
     assert {r["sum"] for r in by_tag["kerashvdrun"]} == {3.0}
+    # kerashvdrun's srun: the job's CPUs per task passed on, --overlap inside a step.
+    assert re.search(r"kerashvdrun: \S*srun --mpi=pmi2 --cpus-per-task=2 -n 2 ", log), log
+    assert re.search(r"kerashvdrun: \S*srun --mpi=pmi2 --overlap --cpus-per-task=2 -n 2 ", log)
     assert "[0] value passed" in log and "[1] value passed" in log, log[-5000:]
     assert "run: [2, 2]" in log, log[-5000:]
     assert "failing job: exit 7" in log, log[-5000:]
@@ -158,3 +161,21 @@ def test_fixture_leaves_the_node_idle(slurm_cluster):
     assert proc.returncode == 0, proc.stderr
     assert f"CPUTot={slurm_cluster.cpus}" in proc.stdout, proc.stdout
     assert shutil.which("srun", path=slurm_cluster.env["PATH"]), slurm_cluster.env["PATH"]
+
+
+def test_srun_command_takes_the_job_shape_and_the_users_options():
+    """No cluster needed: what kerashvdrun asks srun for, from the allocation's variables."""
+    from kerashvd.launcher.command import srun_command
+
+    def head(environ, srun_args=(), env=None):
+        argv = srun_command("srun", 4, ["python", "t.py"], environ=environ,
+                            srun_args=srun_args, env=env)
+        return argv[:argv.index("-n") + 2], argv[argv.index("--") + 1:]
+
+    assert head({}) == (["srun", "--mpi=pmi2", "-n", "4"], ["python", "t.py"])
+    assert head({"SLURM_CPUS_PER_TASK": "8", "SLURM_STEP_ID": "0"})[0] == [
+        "srun", "--mpi=pmi2", "--overlap", "--cpus-per-task=8", "-n", "4"]
+    for given in (["-c", "2"], ["--cpus-per-task", "2"], ["--cpus-per-task=2"]):
+        assert head({"SLURM_CPUS_PER_TASK": "8"}, given)[0] == ["srun", "--mpi=pmi2", *given,
+                                                                "-n", "4"]
+    assert head({}, env={"A": "1", "B": "x y"})[1] == ["env", "A=1", "B=x y", "python", "t.py"]

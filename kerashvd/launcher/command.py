@@ -64,7 +64,9 @@ def srun_command(srun, np, rank_command, *, env=None, report_address=None, token
     ``srun --mpi=pmi2 -n NP``: PMI-2 is the protocol kerashvd's MPI (the ``mpich`` package)
     finds its peers with. Inside an ``srun`` step (a job step's shell, or a notebook started
     with ``srun``) the ranks' step also gets ``--overlap``, without which it would wait for
-    the CPUs the enclosing step holds. ``env`` reaches the ranks through ``env NAME=VALUE``.
+    the CPUs the enclosing step holds. The job's ``--cpus-per-task`` is passed on (``srun``
+    stopped inheriting it in SLURM 22.05) unless ``srun_args`` give one. ``env`` reaches the
+    ranks through ``env NAME=VALUE``.
 
     Args:
         srun: path of SLURM's ``srun``.
@@ -73,7 +75,8 @@ def srun_command(srun, np, rank_command, *, env=None, report_address=None, token
         env: ``{name: value}`` set in every rank.
         report_address, token, prefix_output, python: as for :func:`mpiexec_command`.
         srun_args: extra ``srun`` options, placed before ``-n``.
-        environ: the environment to read ``SLURM_STEP_ID`` from (default ``os.environ``).
+        environ: the environment to read ``SLURM_STEP_ID`` and ``SLURM_CPUS_PER_TASK`` from
+            (default ``os.environ``).
 
     Returns:
         A list of strings for ``subprocess``.
@@ -87,6 +90,10 @@ def srun_command(srun, np, rank_command, *, env=None, report_address=None, token
     argv = [srun, "--mpi=pmi2"]
     if environ.get("SLURM_STEP_ID") is not None:
         argv.append("--overlap")
+    cpus = environ.get("SLURM_CPUS_PER_TASK")
+    if cpus and not any(a in ("-c", "--cpus-per-task") or a.startswith("--cpus-per-task=")
+                        for a in srun_args):
+        argv.append(f"--cpus-per-task={cpus}")  # srun >= 22.05 does not inherit sbatch's -c
     argv += list(srun_args) + ["-n", str(np)]
     command = list(rank_command)
     if env:
