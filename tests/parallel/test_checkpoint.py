@@ -6,17 +6,18 @@ import os
 import numpy as np
 import pytest
 
-from kerashvd.keras_compat import USES_TF_KERAS, keras, optimizer_variables
+from kerashvd.keras_compat import USES_TF_KERAS, keras, model_built, optimizer_variables
+from model_styles import sequential
 
 pytestmark = pytest.mark.keras
 # Full-model file formats ModelCheckpoint writes: tf_keras also writes legacy HDF5.
 FORMATS = [".keras", ".h5"] if USES_TF_KERAS else [".keras"]
 
 
-def _model(seed):
+def _model(seed, style="input"):
     keras.utils.set_random_seed(seed)
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="relu"),
-                              keras.layers.Dense(1)])
+    model = sequential(style, (3,), [keras.layers.Dense(4, activation="relu"),
+                                     keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
     return model
 
@@ -157,15 +158,17 @@ def test_best_model_checkpoint_saves_on_improvement_only(hvd, tmp_path):
 
 class _StateAtStart(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
-        self.state = _state(self.model)
+        self.state = _state(self.model) if model_built(self.model) else None
 
 
-@pytest.mark.parametrize("suffix", FORMATS)
-def test_resume_restores_epoch_and_optimizer_state_on_every_rank(hvd, tmp_path, suffix):
+@pytest.mark.parametrize("suffix,style", [(f, "input") for f in FORMATS] + [(".keras", "deferred")])
+def test_resume_restores_epoch_and_optimizer_state_on_every_rank(hvd, tmp_path, suffix, style):
+    """With style "deferred", the first run's model and the other ranks' fresh models of the
+    resumed run are Sequentials without keras.Input (rank 0's loaded model is built)."""
     directory = _shared_dir(hvd, tmp_path)
     path = os.path.join(directory, "ckpt" + suffix)
     x, y = _data()
-    model = _model(seed=4)
+    model = _model(seed=4, style=style)
     model.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False, callbacks=[
         hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.ModelCheckpoint(path)])
     saved = hvd.broadcast_object(_state(model), root_rank=0)
@@ -177,15 +180,22 @@ def test_resume_restores_epoch_and_optimizer_state_on_every_rank(hvd, tmp_path, 
     if hvd.rank() == 0:
         resumed = keras.models.load_model(ckpt.path)
     else:
-        resumed = _model(seed=100 + hvd.rank())
+        resumed = _model(seed=100 + hvd.rank(), style=style)
     start = _StateAtStart()
     history = resumed.fit(x, y, batch_size=4, epochs=3, initial_epoch=ckpt.epoch, verbose=0,
                           shuffle=False, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
                                                     start])
     assert history.epoch == [2]
-    assert len(start.state) == len(saved)
-    for got, want in zip(start.state, saved):
-        np.testing.assert_array_equal(got, want)
+    if style == "input":  # every rank starts from rank 0's restored state
+        assert len(start.state) == len(saved)
+        for got, want in zip(start.state, saved):
+            np.testing.assert_array_equal(got, want)
+    else:  # unbuilt models: rank 0's state reaches them after the first batch (same data here)
+        final = hvd.allgather_object(_state(resumed))
+        assert all(len(other) == len(saved) for other in final)
+        for other in final[1:]:
+            for got, want in zip(other, final[0]):
+                np.testing.assert_array_equal(got, want)
     iterations = resumed.optimizer.iterations.numpy()
     assert iterations == 3 * 2  # 2 epochs restored + 1 epoch, 2 steps each
     hvd.barrier()
