@@ -13,33 +13,20 @@ norm, mixed precision, tapes) take a ``style``; the weights come from seeded ini
 so a model holds the same weights whichever style and whenever it is built.
 """
 
-import numpy as np
-import tensorflow as tf
-
 from kerashvd.keras_compat import keras
 
 STYLES = ("input", "deferred", "subclassed")
 
 
-@keras.saving.register_keras_serializable(package="kerashvd_tests")
-class SeededUniform(keras.initializers.Initializer):
-    """Uniform values from ``numpy.random.RandomState(seed)``: the same for every call."""
-
-    def __init__(self, seed, low=-1.0, high=1.0):
-        self.seed, self.low, self.high = int(seed), float(low), float(high)
-
-    def __call__(self, shape, dtype=None, **kwargs):
-        values = np.random.RandomState(self.seed).uniform(self.low, self.high, tuple(shape))
-        return tf.constant(values, dtype=tf.as_dtype(dtype or "float32"))
-
-    def get_config(self):
-        return {"seed": self.seed, "low": self.low, "high": self.high}
+def seeded(seed, low=-1.0, high=1.0):
+    """A uniform initializer that gives the same values at every call (and in both Kerases)."""
+    return keras.initializers.RandomUniform(low, high, seed=seed)
 
 
 def dense(units, seed, low=-1.0, high=1.0, **kwargs):
-    """A ``Dense`` layer whose kernel and bias come from :class:`SeededUniform`."""
-    return keras.layers.Dense(units, kernel_initializer=SeededUniform(seed, low, high),
-                              bias_initializer=SeededUniform(seed + 1, low, high), **kwargs)
+    """A ``Dense`` layer whose kernel and bias come from :func:`seeded` initializers."""
+    return keras.layers.Dense(units, kernel_initializer=seeded(seed, low, high),
+                              bias_initializer=seeded(seed + 1, low, high), **kwargs)
 
 
 @keras.saving.register_keras_serializable(package="kerashvd_tests")

@@ -50,8 +50,8 @@ def test_get_config_round_trip(hvd):
     assert again.inner_optimizer.initial_scale == 64.0
 
 
-def _compiled_model(optimizer):
-    model = make_model()
+def _compiled_model(optimizer, style="input"):
+    model = make_model(style=style)
     model.compile(optimizer=optimizer, loss="mse")
     return model
 
@@ -72,11 +72,11 @@ def _adam_state(optimizer):
     return [v.numpy() for v in inner.variables]
 
 
-@pytest.mark.parametrize("suffix", FORMATS)
-def test_load_model_restores_the_wrapped_optimizer_with_its_state(hvd, rank_dir, suffix):
+@pytest.mark.parametrize("suffix,style", [(f, "input") for f in FORMATS] + [(".keras", "subclassed")])
+def test_load_model_restores_the_wrapped_optimizer_with_its_state(hvd, rank_dir, suffix, style):
     x, y, _, _ = make_data(hvd, steps=3)
     first, rest = slice(0, 2 * BATCH), slice(2 * BATCH, None)
-    model = _compiled_model(hvd.DistributedOptimizer(keras.optimizers.Adam(0.05)))
+    model = _compiled_model(hvd.DistributedOptimizer(keras.optimizers.Adam(0.05)), style)
     _train_eagerly(model, x[first], y[first])
     path = os.path.join(rank_dir, "wrapped" + suffix)
     model.save(path)
