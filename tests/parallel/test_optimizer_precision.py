@@ -32,8 +32,8 @@ def test_inf_on_one_rank_makes_every_rank_skip_the_step(hvd):
     if hvd.rank() == 0:
         x[0, 0] = np.inf  # only rank 0's first batch: its gradients are not finite
     with mixed_float16():
-        model = make_model()
-        start = model.get_weights()
+        start = make_model().get_weights()
+        model = make_model(style="deferred")  # built (in mixed precision) at the first step
         opt = hvd.DistributedOptimizer(keras.mixed_precision.LossScaleOptimizer(
             keras.optimizers.SGD(0.05), initial_scale=2.0 ** 10))
         model.compile(optimizer=opt, loss="mse")

@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from kerashvd.keras_compat import USES_TF_KERAS, keras
+from model_styles import seeded, sequential
 from test_optimizer import assert_identical_on_all_ranks
 
 pytestmark = pytest.mark.keras
@@ -107,19 +108,20 @@ def test_a_layer_shared_by_two_inputs_in_one_step(hvd):
     np.testing.assert_allclose(out_b.numpy(), exp_b.numpy()[rows], atol=1e-4, rtol=0)
 
 
-def _model(bn, seed=0):
+def _model(bn, seed=0, style="input"):
     # No bias before the normalization: its gradient is zero up to rounding, which Adam's
     # step would blow up to full size (in the reference as much as here).
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, use_bias=False), bn(),
-                              keras.layers.Activation("tanh"), keras.layers.Dense(1)])
-    rng = np.random.RandomState(seed)
-    model.set_weights([rng.uniform(0.5, 1.5, w.shape).astype("float32")
-                       for w in model.get_weights()])
-    return model
+    init = [seeded(10 * seed + i, 0.5, 1.5) for i in range(7)]
+    return sequential(style, (3,), [
+        keras.layers.Dense(4, use_bias=False, kernel_initializer=init[0]),
+        bn(gamma_initializer=init[1], beta_initializer=init[2], moving_mean_initializer=init[3],
+           moving_variance_initializer=init[4]),
+        keras.layers.Activation("tanh"),
+        keras.layers.Dense(1, kernel_initializer=init[5], bias_initializer=init[6])])
 
 
-@pytest.mark.parametrize("kind", ["sgd", "adam"])
-def test_fit_equals_one_process_with_the_global_batch(hvd, kind):
+@pytest.mark.parametrize("kind,style", [("sgd", "input"), ("adam", "deferred")])
+def test_fit_equals_one_process_with_the_global_batch(hvd, kind, style):
     """Gradients flow through the statistics' collective: N ranks with batch B train like one
     process with batch N*B, moving statistics included, bit-identical on every rank."""
     steps, batch, n, r = 3, 4, hvd.size(), hvd.rank()
@@ -129,7 +131,7 @@ def test_fit_equals_one_process_with_the_global_batch(hvd, kind):
     make = {"sgd": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
             "adam": lambda: keras.optimizers.Adam(0.05)}[kind]
 
-    model = _model(hvd.SyncBatchNormalization)
+    model = _model(hvd.SyncBatchNormalization, style=style)
     model.compile(optimizer=hvd.DistributedOptimizer(make()), loss="mse")
     model.fit(x[:, r].reshape(-1, 3), y[:, r].reshape(-1, 1), batch_size=batch, shuffle=False,
               epochs=1, verbose=0)

@@ -11,11 +11,16 @@ from test_optimizer import (BATCH, STEPS, apply, assert_close, assert_identical_
 pytestmark = pytest.mark.keras
 
 
-def test_custom_loop_with_distributed_tape_equals_the_concatenated_batch(hvd):
+@pytest.mark.parametrize("style", ["input", "subclassed"])
+def test_custom_loop_with_distributed_tape_equals_the_concatenated_batch(hvd, style):
+    """A subclassed model and its optimizer are built inside the first traced step; the
+    state is then broadcast after that step, as Horovod's custom loops do."""
     x, y, full_x, full_y = make_data(hvd)
-    model = make_model()
+    model = make_model(style=style)
     opt = keras.optimizers.Adam(0.05)
-    opt.build(model.trainable_variables)  # variables outside the function: a single trace
+    model.compile(optimizer=opt, loss="mse")  # broadcast_model_state includes model.optimizer
+    if style == "input":
+        opt.build(model.trainable_variables)  # variables outside the function: a single trace
     loss_fn = keras.losses.MeanSquaredError()
 
     @tf.function
@@ -29,9 +34,11 @@ def test_custom_loop_with_distributed_tape_equals_the_concatenated_batch(hvd):
 
     for step in range(STEPS):
         train_step(x[step * BATCH:(step + 1) * BATCH], y[step * BATCH:(step + 1) * BATCH])
+        if step == 0:
+            hvd.callbacks.broadcast_model_state(model, root_rank=0, name=f"tape_loop.{style}")
     expected = reference_train(make_model(), keras.optimizers.Adam(0.05), full_x, full_y,
                                BATCH * hvd.size())
-    assert_identical_on_all_ranks(hvd, model.get_weights(), "tape_loop")
+    assert_identical_on_all_ranks(hvd, model.get_weights(), f"tape_loop_{style}")
     assert_close(model.get_weights(), expected.get_weights())
 
 
