@@ -35,6 +35,7 @@ API (use only these)::
 """
 
 import contextlib
+import ctypes
 import os
 import re
 import shutil
@@ -77,6 +78,11 @@ def _free_ports(count):
     finally:
         for s in sockets:
             s.close()
+
+
+def _die_with_pytest():
+    """preexec_fn: the daemon gets SIGTERM if the test process dies without stopping it."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _field(text, key):
@@ -227,7 +233,8 @@ class SlurmCluster:
     def _start(self, name, argv, ready, what, timeout=30):
         log = open(os.path.join(self.root, f"{name}.out"), "wb")
         proc = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=_die_with_pytest)
         log.close()
         self._daemons.append((name, proc))
         deadline = time.monotonic() + timeout
