@@ -18,8 +18,9 @@ import pytest  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The `slurm_cluster` fixture: a real one-host SLURM cluster (tests/slurm_cluster.py).
-pytest_plugins = ["slurm_cluster"]
+# The `slurm_cluster` fixture: a real one-host SLURM cluster (tests/slurm_cluster.py); small
+# real data sets for the recipes (tests/datasets/fixtures.py).
+pytest_plugins = ["slurm_cluster", "datasets.fixtures"]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,156 @@
+"""MNIST: a small convnet trained data-parallel on tensorflow-datasets' MNIST.
+
+Run on 2 processes of this machine, or under SLURM:
+
+    kerashvdrun -np 2 python recipes/mnist.py --data-dir ~/tensorflow_datasets
+    mpiexec -n 2 python recipes/mnist.py
+    srun --mpi=pmi2 -n 2 python recipes/mnist.py --checkpoint-dir ckpt --log-csv mnist.csv
+
+Data: tfds' ``mnist`` (3.0.1) in ``--data-dir`` (default ``$TFDS_DATA_DIR`` or
+``~/tensorflow_datasets``). Nothing is downloaded; on a machine with network access run
+``python -c "import tensorflow_datasets as tfds; tfds.load('mnist', data_dir='DIR')"`` and
+copy ``DIR/mnist`` to the cluster.
+
+What each rank does: it reads its own part of the training split (``tfds.even_splits``, equal
+sizes, so every rank runs the same number of steps), shuffles it every epoch, and trains with
+``kerashvd.DistributedOptimizer``; the learning rate is scaled by the number of ranks and
+warmed up over the first epochs. Validation runs on every rank's part of the test split and is
+exact over the whole split (``DistributedValidationCallback``). Rank 0 prints progress, saves a
+checkpoint every epoch into ``--checkpoint-dir`` (a rerun with the same directory resumes at
+the next epoch) and appends one CSV row per epoch to ``--log-csv``.
+"""
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:  # the recipes' helper modules, also when imported from elsewhere
+    sys.path.insert(0, _HERE)
+
+TINY = {"epochs": 2, "batch_size": 32, "warmup_epochs": 1}
+DEFAULTS = {"epochs": 8, "batch_size": 64, "warmup_epochs": 3}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", help="tfds data directory (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
+    p.add_argument("--epochs", type=int, help=f"epochs in total (default {DEFAULTS['epochs']})")
+    p.add_argument("--batch-size", type=int, help=f"per-rank batch size (default {DEFAULTS['batch_size']})")
+    p.add_argument("--lr", type=float, default=0.001, help="Adam learning rate for one rank; scaled by the number of ranks")
+    p.add_argument("--warmup-epochs", type=int, help=f"epochs of learning-rate warmup (default {DEFAULTS['warmup_epochs']})")
+    p.add_argument("--checkpoint-dir", help="rank 0 saves a checkpoint here every epoch; a rerun resumes from it")
+    p.add_argument("--log-csv", help="rank 0 appends one row per epoch here (loss, accuracy, lr, images/s, ...)")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--tiny", action="store_true", help=f"a seconds-long run for tests: {TINY} unless given")
+    args = p.parse_args(argv)
+    for key, value in (TINY if args.tiny else DEFAULTS).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    for key in ("epochs", "batch_size", "warmup_epochs"):
+        if getattr(args, key) <= 0:
+            p.error(f"--{key.replace('_', '-')} must be positive; received {getattr(args, key)}")
+    return args
+
+
+def load_data(args):
+    """This rank's training and validation datasets (batched), and the steps per epoch."""
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    import kerashvd as hvd
+    from tfds_data import data_root, require_prepared
+
+    root = data_root(args.data_dir)
+    require_prepared("mnist", root, "python -c \"import tensorflow_datasets as tfds; "
+                                    f"tfds.load('mnist', data_dir='{root}')\"")
+    # Shard before shuffling: each rank owns a distinct, equally large part of the split.
+    train_split = tfds.even_splits("train", n=hvd.size(), drop_remainder=True)[hvd.rank()]
+    # Validation parts may differ in size by one image; the validation callback sums exactly.
+    val_split = tfds.even_splits("test", n=hvd.size())[hvd.rank()]
+
+    def normalize(image, label):
+        return tf.cast(image, tf.float32) / 255.0, label
+
+    def load(split):
+        return tfds.load("mnist", split=split, data_dir=root, as_supervised=True, download=False)
+
+    train = load(train_split).map(normalize, num_parallel_calls=tf.data.AUTOTUNE).cache()
+    train_images = int(train.cardinality())
+    if train_images < args.batch_size:
+        raise ValueError(f"each rank has {train_images} training images, fewer than --batch-size "
+                         f"{args.batch_size}; use a smaller batch or fewer ranks")
+    train = (train.shuffle(min(train_images, 10000), seed=args.seed + hvd.rank(),
+                           reshuffle_each_iteration=True)
+             .batch(args.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+    val = (load(val_split).map(normalize, num_parallel_calls=tf.data.AUTOTUNE)
+           .batch(args.batch_size).cache().prefetch(tf.data.AUTOTUNE))
+    return train, val, train_images // args.batch_size
+
+
+def build_model():
+    """The convnet of Horovod's Keras MNIST example (two convolutions, dropout, two dense)."""
+    import keras
+
+    return keras.Sequential([
+        keras.Input((28, 28, 1)),
+        keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.Conv2D(64, 3, activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Dropout(0.25),
+        keras.layers.Flatten(),
+        keras.layers.Dense(128, activation="relu"),
+        keras.layers.Dropout(0.5),
+        keras.layers.Dense(10, activation="softmax"),
+    ], name="mnist_convnet")
+
+
+def main(argv=None):
+    """Trains; returns the ``keras.callbacks.History`` (``None`` when nothing was left to do)."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+
+    import keras
+
+    import kerashvd as hvd
+    from resume_checkpoint import restore_latest
+    from training_log import EpochLog
+
+    hvd.init()
+    keras.utils.set_random_seed(args.seed + hvd.rank())  # weights come from rank 0 anyway
+    train, val, steps = load_data(args)
+
+    # The global batch is size() times larger: scale the learning rate with it.
+    lr = args.lr * hvd.size()
+    model = build_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(lr)),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    initial_epoch = restore_latest(model, args.checkpoint_dir)
+    if initial_epoch >= args.epochs:
+        if hvd.rank() == 0:
+            print(f"Nothing to do: {initial_epoch} epoch(s) done, --epochs {args.epochs}")
+        return None
+
+    callbacks = [
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+        hvd.callbacks.LearningRateWarmupCallback(lr, warmup_epochs=args.warmup_epochs,
+                                                 steps_per_epoch=steps, verbose=1),
+        hvd.callbacks.DistributedValidationCallback(),
+        hvd.callbacks.MetricAverageCallback(),
+        EpochLog(args.batch_size, csv_path=args.log_csv),
+    ]
+    if args.checkpoint_dir:
+        callbacks.append(hvd.callbacks.ModelCheckpoint(
+            os.path.join(args.checkpoint_dir, "model-{epoch:03d}.keras")))
+    history = model.fit(train, epochs=args.epochs, initial_epoch=initial_epoch,
+                        validation_data=val, callbacks=callbacks,
+                        shuffle=False,  # the training dataset reshuffles itself every epoch
+                        verbose=hvd.callbacks.verbose(2))
+    if hvd.rank() == 0:
+        print(f"ranks={hvd.size()} epochs={args.epochs} "
+              f"final val_accuracy={history.history['val_accuracy'][-1]:.4f}", flush=True)
+    return history
+
+
+if __name__ == "__main__":
+    main()
