@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from kerashvd import keras_compat
 from kerashvd.keras_compat import USES_TF_KERAS, keras
+from model_styles import STYLES, sequential
 
 pytestmark = pytest.mark.keras
 
@@ -49,6 +50,14 @@ def test_optimizer_helpers(hvd):
     assert sum(v is optimizer.learning_rate for v in variables) == 1
     assert any(v is optimizer.iterations for v in variables)
     assert len(variables) == len({id(v) for v in variables})
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_model_built_follows_the_first_call(hvd, style):
+    model = sequential(style, (3,), [keras.layers.Dense(2)])
+    assert keras_compat.model_built(model) == (style == "input")
+    model(np.ones((1, 3), np.float32))
+    assert keras_compat.model_built(model) and len(model.trainable_variables) == 2
 
 
 def test_metric_state_aggregation_names(hvd):

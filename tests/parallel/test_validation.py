@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from kerashvd.keras_compat import USES_TF_KERAS, keras
+from model_styles import sequential
 
 pytestmark = pytest.mark.keras
 NUM_SAMPLES = 23  # does not divide by 2, 3 or 4
@@ -29,15 +30,16 @@ def _uneven_shard(hvd, *arrays):
     return tuple(a[start:stop] for a in arrays)
 
 
-def _model(hvd, run_eagerly=False):
-    keras.utils.set_random_seed(3)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="tanh"),
-                              keras.layers.Dense(1, activation="sigmoid")])
+def _model(hvd, run_eagerly=False, style="input"):
+    keras.utils.set_random_seed(3)  # a lazily built model draws the same weights on every rank
+    model = sequential(style, (4,), [keras.layers.Dense(3, activation="tanh"),
+                                     keras.layers.Dense(1, activation="sigmoid")])
     model.compile(optimizer=keras.optimizers.SGD(0.5), loss="binary_crossentropy",
                   metrics=["accuracy", keras.metrics.AUC(name="auc"),
                            keras.metrics.Precision(name="precision")],
                   run_eagerly=run_eagerly)
-    hvd.callbacks.broadcast_model_state(model, name="test_validation.model")
+    if style == "input":
+        hvd.callbacks.broadcast_model_state(model, name="test_validation.model")
     return model
 
 
@@ -112,7 +114,7 @@ class _Weights(keras.callbacks.Callback):
 
 def test_fit_val_metrics_on_uneven_shards_equal_single_process(hvd):
     x, y = _data()
-    model = _model(hvd)
+    model = _model(hvd, style="deferred")  # metrics and weights built inside fit
     weights = _Weights()
     xs, ys = _uneven_shard(hvd, x, y)
     # Training data and order are the same on every rank, so the weights stay equal.
