@@ -148,6 +148,19 @@ def test_template_trains_the_quickstart(slurm_cluster, tmp_path, template):
     assert match and float(match.group(1)) > 0.8, log[-5000:]
 
 
+@pytest.mark.slow
+def test_cpu_template_trains_mnist(slurm_cluster, tmp_path, mnist_data_dir):
+    """The README's line, on the small tfds MNIST of tests/datasets."""
+    csv = tmp_path / "mnist.csv"
+    state, log = template_job(slurm_cluster, tmp_path, "cpu.sbatch", "recipes/mnist.py",
+                              "--tiny", "--data-dir", mnist_data_dir, "--log-csv", csv,
+                              options=SMALL["cpu.sbatch"])
+    assert state == "COMPLETED", log[-5000:]
+    match = re.search(r"ranks=2 epochs=2 final val_accuracy=([0-9.]+)", log)
+    assert match and float(match.group(1)) > 0.8, log[-5000:]  # chance is 0.1
+    assert len(csv.read_text().splitlines()) == 3, csv.read_text()  # header + 2 epochs
+
+
 def test_template_rejects_a_missing_recipe(slurm_cluster, tmp_path):
     state, log = template_job(slurm_cluster, tmp_path, "cpu.sbatch", "recipes/no_such.py",
                               options=SMALL["cpu.sbatch"])
