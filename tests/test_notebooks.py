@@ -1,9 +1,13 @@
 """Notebooks are tested code: each one in notebooks/ runs top to bottom in a fresh kernel.
 
-They are stored without outputs (checked here too), and start their own MPI processes with
-kerashvd.run, so the kernel itself stays a single process.
+They are stored without outputs (checked here too). The quickstart and timeline notebooks
+start their own MPI processes with kerashvd.run, so the kernel itself stays a single process.
+The SLURM front-end notebook submits a job to the test's own SLURM cluster (the
+``slurm_cluster`` fixture; skipped where SLURM is not installed) with its parameters set by a
+cell added after its ``parameters`` cell, as papermill does.
 """
 
+import csv
 import glob
 import os
 
@@ -14,15 +18,72 @@ from nbclient import NotebookClient
 from conftest import REPO
 
 NOTEBOOKS = sorted(glob.glob(os.path.join(REPO, "notebooks", "*.ipynb")))
+SLURM_NOTEBOOK = os.path.join(REPO, "notebooks", "slurm_frontend.ipynb")
+LOCAL_NOTEBOOKS = [p for p in NOTEBOOKS if p != SLURM_NOTEBOOK]
 
 
-@pytest.mark.mpi
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])
-def test_notebook_runs(path):
+def read_clean(path):
+    """The notebook at ``path``, checked to be stored without outputs."""
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert not cell.outputs and cell.execution_count is None, (
                 f"{os.path.basename(path)} is stored with outputs; clear them before committing")
+    return nb
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("path", LOCAL_NOTEBOOKS, ids=[os.path.basename(p) for p in LOCAL_NOTEBOOKS])
+def test_notebook_runs(path):
+    nb = read_clean(path)
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": os.path.dirname(path)}}).execute()
+
+
+def with_parameters(nb, **values):
+    """Adds a cell setting ``values`` right after the cell tagged ``parameters``."""
+    index = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    source = "\n".join(f"{name} = {value!r}" for name, value in values.items())
+    nb.cells.insert(index + 1, nbformat.v4.new_code_cell(source))
+    return nb
+
+
+def cell_text(cell):
+    """The text a code cell printed (streams and plain-text results)."""
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.output_type == "stream":
+            parts.append(output.text)
+        elif "data" in output:
+            parts.append(output.data.get("text/plain", ""))
+        elif output.output_type == "error":
+            parts.append("\n".join(output.traceback))
+    return "".join(parts)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_slurm_frontend_notebook(slurm_cluster, mnist_data_dir, tmp_path):
+    """The front-end notebook trains tiny MNIST as a 2-rank SLURM job and plots its CSV log."""
+    nb = with_parameters(
+        read_clean(SLURM_NOTEBOOK), RECIPE="mnist.py",
+        RECIPE_ARGS=["--tiny", "--data-dir", mnist_data_dir], TEMPLATE="cpu", NODES=1,
+        TASKS_PER_NODE=2, CPUS_PER_TASK=1, TIME_LIMIT="00:10:00", RUNS_DIR=str(tmp_path),
+        POLL_SECONDS=1, MAX_WAIT_MINUTES=10)
+    env = dict(slurm_cluster.env, KERASHVD_STALL_CHECK_TIME="20",
+               KERASHVD_STALL_SHUTDOWN_TIME="60", OMP_NUM_THREADS="1")
+    NotebookClient(nb, timeout=900, kernel_name="python3",
+                   resources={"metadata": {"path": os.path.dirname(SLURM_NOTEBOOK)}}).execute(env=env)
+    text = "".join(cell_text(c) for c in nb.cells if c.cell_type == "code")
+    assert "#SBATCH --ntasks-per-node=2" in text and "#SBATCH --cpus-per-task=1" in text, text[-5000:]
+    assert "submitted job" in text, text[-5000:]
+    assert "RUNNING" in text and ": COMPLETED, exit code 0:0" in text, text[-5000:]
+    # The job's log, followed while it ran: the recipe's own last line.
+    assert "ranks=2 epochs=2 final val_accuracy=" in text, text[-5000:]
+    plots = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(plots) == 1, text[-5000:]
+    (run_dir,) = tmp_path.iterdir()
+    with open(run_dir / "log.csv", newline="") as f:
+        assert [row["epoch"] for row in csv.DictReader(f)] == ["1", "2"]
+    assert (run_dir / "training.png").stat().st_size > 0
+    assert (run_dir / "job.sbatch").read_text().startswith("#!/bin/bash")
