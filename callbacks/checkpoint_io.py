@@ -7,11 +7,20 @@ to a hidden temporary file in the same directory, are fsynced, and the file is r
 the final name with ``os.replace`` (atomic on POSIX and Windows), then the directory is
 fsynced. A crash at any point leaves either the old file or the new one, never half of one,
 and the record is written after the model file it names.
+
+A crash while writing leaves the hidden temporary file behind (up to a model's size). Its
+name holds the writer's host and process id, ``.tmp-HOST-PID-TAG-NAME``, so the next
+:func:`atomic_save` in the directory (and ``ModelCheckpoint`` when training starts) removes
+the ones no live process can own: those of this host whose process is gone, and those of
+other hosts untouched for a day. Nothing else in the directory is ever removed.
 """
 
 import collections
 import json
 import os
+import re
+import socket
+import time
 import uuid
 
 import kerashvd as hvd
@@ -56,7 +65,8 @@ def atomic_save(filepath, write_fn):
     """
     directory = os.path.dirname(os.path.abspath(filepath))
     os.makedirs(directory, exist_ok=True)
-    tmp_path = os.path.join(directory, f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
+    remove_stale_temporaries(directory)
+    tmp_path = os.path.join(directory, f".tmp-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
                                        f"{os.path.basename(filepath)}")
     try:
         write_fn(tmp_path)
@@ -71,6 +81,53 @@ def atomic_save(filepath, write_fn):
         raise
     _fsync_directory(directory)
     return filepath
+
+
+_HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+# .tmp-HOST-PID-TAG-NAME (HOST has no '-'); files of older versions have no HOST.
+_TEMPORARY = re.compile(r"^\.tmp-(?:(?P<host>[A-Za-z0-9._]+)-)?(?P<pid>\d+)-[0-9a-f]{8}-.")
+_OTHER_HOST_AGE = 24 * 3600.0
+
+
+def _process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. PermissionError: it exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temporaries(directory):
+    """Removes the temporary files of writers that died in ``directory``; returns their names.
+
+    Only names of :func:`atomic_save`'s pattern are considered: this host's whose process is
+    gone, other hosts' not modified for a day (a live write keeps its file changing).
+    """
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        match = _TEMPORARY.match(name)
+        if match is None:
+            continue
+        path = os.path.join(directory, name)
+        host = match.group("host")
+        try:
+            if host in (None, _HOST):
+                pid = int(match.group("pid"))
+                if pid == os.getpid() or _process_alive(pid):
+                    continue
+            elif time.time() - os.path.getmtime(path) < _OTHER_HOST_AGE:
+                continue
+            os.remove(path)
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
+        removed.append(name)
+    return removed
 
 
 def _fsync_directory(directory):
@@ -100,16 +157,36 @@ def write_record(directory, path, epoch, monitor=None, best=None):
 
 
 def read_record(directory):
+    """The :class:`Checkpoint` recorded in ``directory``, or None when there is no record.
+
+    Raises:
+        ValueError: the record cannot be read (corrupt or from something else).
+        FileNotFoundError: the record names a model file that is missing.
+    """
+    record_path = os.path.join(directory, RECORD_NAME)
     try:
-        with open(os.path.join(directory, RECORD_NAME)) as f:
-            record = json.load(f)
+        with open(record_path) as f:
+            text = f.read()
     except FileNotFoundError:
         return None
-    path = os.path.join(directory, record["path"])
+    try:
+        record = json.loads(text)
+        path = os.path.join(directory, record["path"])
+        checkpoint = Checkpoint(path=path, epoch=int(record["epoch"]),
+                                monitor=record.get("monitor"), best=record.get("best"))
+    except (ValueError, TypeError, KeyError) as err:
+        raise ValueError(
+            f"The checkpoint record {record_path} cannot be read ({type(err).__name__}: {err}); "
+            "it should be the JSON that ModelCheckpoint writes, e.g. {\"path\": "
+            "\"model-03.keras\", \"epoch\": 3, ...}. Fix or delete it: without it training "
+            "starts from scratch, or load a model file of the directory yourself "
+            "(fit(initial_epoch=...)).") from err
     if not os.path.exists(path):
-        return None
-    return Checkpoint(path=path, epoch=int(record["epoch"]), monitor=record.get("monitor"),
-                      best=record.get("best"))
+        raise FileNotFoundError(
+            f"The checkpoint record {record_path} names {path} (epoch {checkpoint.epoch}), "
+            "which does not exist: was it moved or deleted? Restore the file, or delete the "
+            "record to start from scratch (resuming would otherwise silently restart).")
+    return checkpoint
 
 
 def latest_checkpoint(dirname, *, root_rank=0, broadcast=True):
@@ -127,6 +204,11 @@ def latest_checkpoint(dirname, *, root_rank=0, broadcast=True):
     Returns:
         A ``Checkpoint(path, epoch, monitor, best)``, or ``None`` when there is none.
 
+    Raises:
+        ValueError: the record is corrupt (the message names it and what to do).
+        FileNotFoundError: the record names a model file that is missing.
+        With ``broadcast``, every rank raises the error ``root_rank`` met.
+
     Example:
 
     >>> import kerashvd as hvd
@@ -138,7 +220,15 @@ def latest_checkpoint(dirname, *, root_rank=0, broadcast=True):
     """
     if not broadcast:
         return read_record(dirname)
-    found = read_record(dirname) if hvd.rank() == root_rank else None
-    found = hvd.broadcast_object(found and tuple(found), root_rank=root_rank,
-                                 name="callbacks.latest_checkpoint")
-    return None if found is None else Checkpoint(*found)
+    outcome = None
+    if hvd.rank() == root_rank:
+        try:
+            found = read_record(dirname)
+            outcome = ("ok", found and tuple(found))
+        except (OSError, ValueError) as err:
+            outcome = ("error", err)
+    kind, value = hvd.broadcast_object(outcome, root_rank=root_rank,
+                                       name="callbacks.latest_checkpoint")
+    if kind == "error":
+        raise value
+    return None if value is None else Checkpoint(*value)

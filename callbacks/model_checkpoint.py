@@ -8,7 +8,7 @@ import kerashvd as hvd
 from kerashvd.keras_compat import KERAS_NAME, USES_TF_KERAS
 
 from ._callback import Callback
-from .checkpoint_io import atomic_save, write_record
+from .checkpoint_io import atomic_save, remove_stale_temporaries, write_record
 
 __all__ = ["ModelCheckpoint"]
 
@@ -27,7 +27,8 @@ class ModelCheckpoint(Callback):
     jobs: every rank holds the same model, so only rank 0 writes; other ranks do nothing (no
     collectives, no waiting). Each file is written to a temporary file in the same directory,
     fsynced and renamed over the final name (:func:`atomic_save`), so a crash never leaves a
-    half-written checkpoint under the final name. After each save, the record
+    half-written checkpoint under the final name; the temporary files a crash leaves are
+    removed when training starts and at the next save. After each save, the record
     ``kerashvd_checkpoint.json`` in the file's directory names the file and the epochs
     completed; :func:`latest_checkpoint` reads it to resume::
 
@@ -109,6 +110,11 @@ class ModelCheckpoint(Callback):
         self.save_weights_only = bool(save_weights_only)
         self.best = None if initial_value_threshold is None else float(initial_value_threshold)
         self.verbose = verbose
+
+    def on_train_begin(self, logs=None):
+        directory = os.path.dirname(os.path.abspath(self.filepath))
+        if hvd.rank() == 0 and "{" not in directory:
+            remove_stale_temporaries(directory)  # left by a crash during a save
 
     def on_epoch_end(self, epoch, logs=None):
         if hvd.rank() != 0:

@@ -2,6 +2,11 @@
 
 import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -154,6 +159,68 @@ def test_best_model_checkpoint_saves_on_improvement_only(hvd, tmp_path):
         callback.on_epoch_end(epoch, {"val_accuracy": accuracy})
     saved = sorted(p.name for p in tmp_path.glob("best-*.keras"))
     assert saved == (["best-1.keras", "best-3.keras"] if hvd.rank() == 0 else [])
+
+
+def _dead_pid():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_temporary_files_of_dead_writers_are_removed(hvd):
+    from kerashvd.callbacks import checkpoint_io
+
+    directory = tempfile.mkdtemp(prefix=f"khvd_tmpfiles_r{hvd.rank()}_")
+    try:
+        host, dead, old = checkpoint_io._HOST, _dead_pid(), time.time() - 2 * 24 * 3600
+        names = {
+            f".tmp-{host}-{dead}-0123abcd-model.keras": False,  # this host, process gone
+            f".tmp-{dead}-0123abcd-kerashvd_checkpoint.json": False,  # no host: an older run
+            f".tmp-{host}-{os.getppid()}-0123abcd-model.keras": True,  # a live process
+            ".tmp-otherhost-12-0123abcd-model.keras": True,  # another host, recent
+            ".tmp-otherhost-13-0123abcd-model.keras": False,  # another host, a day old
+            ".tmp-notes.txt": True, "notes.txt": True,  # not the pattern
+        }
+        for name in names:
+            with open(os.path.join(directory, name), "wb") as f:
+                f.write(b"x" * 100)
+        os.utime(os.path.join(directory, ".tmp-otherhost-13-0123abcd-model.keras"), (old, old))
+        hvd.callbacks.atomic_save(os.path.join(directory, "model.keras"),
+                                  lambda path: open(path, "wb").write(b"model"))
+        kept = sorted(name for name, keep in names.items() if keep)
+        assert sorted(os.listdir(directory)) == sorted(kept + ["model.keras"])
+
+        # ModelCheckpoint cleans its directory when training starts (rank 0, which writes).
+        stale = os.path.join(directory, f".tmp-{host}-{dead}-89abcdef-model.keras")
+        open(stale, "wb").close()
+        callback = hvd.callbacks.ModelCheckpoint(os.path.join(directory, "model.keras"))
+        callback.on_train_begin()
+        assert os.path.exists(stale) == (hvd.rank() != 0)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.parametrize("damage", ["missing_file", "corrupt_record"])
+def test_a_damaged_record_is_an_error_on_every_rank(hvd, tmp_path, damage):
+    directory = _shared_dir(hvd, tmp_path)
+    record = os.path.join(directory, "kerashvd_checkpoint.json")
+    if hvd.rank() == 0:
+        if damage == "missing_file":
+            with open(record, "w") as f:
+                json.dump({"path": "model-04.keras", "epoch": 4, "monitor": None, "best": None}, f)
+        else:
+            with open(record, "w") as f:
+                f.write('{"path": "model-04.keras", "ep')  # cut short
+    hvd.barrier()
+    error, match = ((FileNotFoundError, r"model-04\.keras \(epoch 4\), which does not exist")
+                    if damage == "missing_file" else (ValueError, "cannot be read"))
+    with pytest.raises(error, match=match) as info:
+        hvd.callbacks.latest_checkpoint(directory, root_rank=hvd.size() - 1)
+    assert record in str(info.value)
+    if hvd.rank() == 0:
+        with pytest.raises(error, match=match):
+            hvd.callbacks.latest_checkpoint(directory, broadcast=False)
+    hvd.barrier()
 
 
 class _StateAtStart(keras.callbacks.Callback):
