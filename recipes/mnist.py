@@ -90,11 +90,13 @@ def load_data(args):
 
 
 def build_model():
-    """The convnet of Horovod's Keras MNIST example (two convolutions, dropout, two dense)."""
+    """The convnet of Horovod's Keras MNIST example (two convolutions, dropout, two dense).
+
+    Built lazily, at its first batch, like Horovod's example (no ``keras.Input``).
+    """
     import keras
 
     return keras.Sequential([
-        keras.Input((28, 28, 1)),
         keras.layers.Conv2D(32, 3, activation="relu"),
         keras.layers.Conv2D(64, 3, activation="relu"),
         keras.layers.MaxPooling2D(),
@@ -125,7 +127,7 @@ def main(argv=None):
     model = build_model()
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(lr)),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    initial_epoch = restore_latest(model, args.checkpoint_dir)
+    initial_epoch = restore_latest(model, args.checkpoint_dir, input_shape=(None, 28, 28, 1))
     if initial_epoch >= args.epochs:
         if hvd.rank() == 0:
             print(f"Nothing to do: {initial_epoch} epoch(s) done, --epochs {args.epochs}")

@@ -3,7 +3,7 @@
 import kerashvd as hvd
 
 
-def restore_latest(model, checkpoint_dir):
+def restore_latest(model, checkpoint_dir, input_shape=None):
     """Loads the latest checkpoint of ``checkpoint_dir`` into ``model`` on rank 0.
 
     Every rank builds and compiles the model in code; rank 0 then loads the checkpoint's
@@ -13,8 +13,13 @@ def restore_latest(model, checkpoint_dir):
     Every rank must call this (rank 0 broadcasts the record).
 
     Args:
-        model: a built, compiled model (built: created with ``keras.Input``, or called once).
+        model: a compiled model.
         checkpoint_dir: the directory of ``ModelCheckpoint``'s files, or ``None``.
+        input_shape: the batch shape to build a lazily built model with before loading.
+            Every rank builds it then, so the broadcast runs when ``fit`` starts, as for a
+            model built eagerly. (With rank 0 built and the others not, kerashvd defers the
+            broadcast into the first step, and that step's gradients on the other ranks come
+            from their own initial weights.)
 
     Returns:
         The number of epochs already done (0 without a checkpoint): ``fit(initial_epoch=...)``.
@@ -24,6 +29,8 @@ def restore_latest(model, checkpoint_dir):
     ckpt = hvd.callbacks.latest_checkpoint(checkpoint_dir)
     if ckpt is None:
         return 0
+    if not model.built:
+        model.build(input_shape)
     if hvd.rank() == 0:
         model.optimizer.build(model.trainable_variables)
         model.load_weights(ckpt.path)
