@@ -46,6 +46,10 @@ from . import _loader  # noqa: E402
 _loader.preload_mpi()
 _loader.check_tf_version()
 
+from . import _keras_hook  # noqa: E402
+
+_keras_hook.install()  # keras.models.load_model knows kerashvd's classes once Keras is imported
+
 from .reduce_ops import Adasum, Average, Max, Min, Product, Sum  # noqa: E402
 from .runtime import (  # noqa: E402
     NotInitializedError,

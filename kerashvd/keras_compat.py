@@ -103,3 +103,9 @@ def variable_aggregation(variable):
     if aggregation is not None and not isinstance(aggregation, str):
         aggregation = aggregation.name.lower()  # e.g. VariableAggregation.ONLY_FIRST_REPLICA
     return aggregation or "none"
+
+
+# Last, once the names above exist: make kerashvd's classes known to keras.models.load_model.
+from ._keras_hook import register_serializables  # noqa: E402
+
+register_serializables(USES_TF_KERAS)

@@ -1,0 +1,85 @@
+"""``keras.models.load_model`` of a kerashvd model in a fresh process, after ``import kerashvd``.
+
+kerashvd imports Keras lazily, so its classes (``DistributedOptimizer``,
+``SyncBatchNormalization``) are registered by an import hook (kerashvd/_keras_hook.py) once
+TensorFlow and Keras are imported, whichever comes first and however (``import keras``,
+``tf.keras``). Each load runs in a process that imported nothing of kerashvd but the package.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+SAVE = """
+import sys, numpy as np, tensorflow as tf, kerashvd as hvd
+hvd.init()
+from kerashvd.keras_compat import keras
+model = keras.Sequential([keras.Input((3,)), hvd.SyncBatchNormalization(), keras.layers.Dense(1)])
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
+model.fit(np.ones((4, 3), np.float32), np.ones((4, 1), np.float32), verbose=0)
+model.save(sys.argv[1])
+"""
+
+# Loads with only `import kerashvd` before; prints what came back. The import order varies.
+LOAD = """
+import sys
+order = sys.argv[2]
+if order == "keras_first":
+    import keras as k
+    import kerashvd
+    load = k.models.load_model
+else:
+    import kerashvd
+    import tensorflow as tf
+    load = tf.keras.models.load_model
+model = load(sys.argv[1])
+print("LOADED", type(model.optimizer).__module__, type(model.optimizer).__name__,
+      type(model.layers[0]).__name__, int(model.optimizer.iterations))
+"""
+
+
+def _start(code, *args, legacy):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KERASHVD_", "PMI_"))}
+    env.update({"TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1"})
+    if legacy:
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    else:
+        env.pop("TF_USE_LEGACY_KERAS", None)
+    return subprocess.Popen([sys.executable, "-c", code, *args], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(procs):
+    """Waits for every process (they run side by side); returns their (returncode, out, err)."""
+    outputs = [proc.communicate(timeout=300) for proc in procs]
+    return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outputs)]
+
+
+def test_load_model_in_a_fresh_process_after_import_kerashvd(tmp_path):
+    """Keras 3 (kerashvd imported before or after Keras) and tf_keras."""
+    pytest.importorskip("tf_keras")
+    paths = {legacy: str(tmp_path / f"model-{legacy}.keras") for legacy in (False, True)}
+    for code, out, err in _finish([_start(SAVE, paths[legacy], legacy=legacy)
+                                   for legacy in (False, True)]):
+        assert code == 0, err[-3000:]
+    cases = [(False, "kerashvd_first"), (False, "keras_first"), (True, "kerashvd_first")]
+    results = _finish([_start(LOAD, paths[legacy], order, legacy=legacy)
+                       for legacy, order in cases])
+    for (legacy, order), (code, out, err) in zip(cases, results):
+        assert code == 0, (legacy, order, err[-3000:])
+        module = "kerashvd.optimizer.keras2" if legacy else "kerashvd.optimizer.keras3"
+        assert f"LOADED {module} DistributedOptimizer SyncBatchNormalization 1" in out, (
+            legacy, order, out, err[-3000:])
+
+
+def test_import_kerashvd_still_imports_neither_tensorflow_nor_keras():
+    code = ("import sys, kerashvd\n"
+            "assert not {'tensorflow', 'keras', 'tf_keras'} & set(sys.modules), sys.modules\n")
+    ((returncode, out, err),) = _finish([_start(code, legacy=False)])
+    assert returncode == 0, err[-3000:]
