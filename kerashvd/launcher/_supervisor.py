@@ -18,11 +18,15 @@ Protocol, per rank:
    the child has ended they are ignored, because a supervisor killed by a late SIGTERM while
    exiting makes hydra SIGKILL the other ranks and print its "BAD TERMINATION" banner.
 2. With --prefix-output, copy the child's stdout and stderr line by line with "[rank] ".
-3. When the child ends with a non-zero status and the supervisor was not told to stop, send
+3. With --report, hold a connection to the launcher ("TOKEN RANK watch", see reports.py)
+   while the child runs. It closes when the launcher process ends, however it ends (SIGKILL,
+   a notebook kernel that dies): the supervisor then stops the child as the launcher would
+   have (SIGTERM, then SIGKILL after a grace time), so no rank trains on as an orphan.
+4. When the child ends with a non-zero status and the supervisor was not told to stop, send
    one line "TOKEN RANK RETURNCODE" to the launcher's report address; the launcher stops the
    job on the first report and returns that rank's code. If there is no launcher to tell,
    the supervisor ends itself with SIGKILL, which makes hydra stop the other ranks.
-4. Exit with the child's code (128 + N for a child killed by signal N).
+5. Exit with the child's code (128 + N for a child killed by signal N).
 """
 
 import ctypes
@@ -32,9 +36,11 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
+_ORPHAN_GRACE = 5.0  # seconds between SIGTERM and SIGKILL when the launcher is gone
 _USAGE = ("usage: python -I _supervisor.py [--report HOST:PORT --token TOKEN] "
           "[--prefix-output] -- command [args...]")
 
@@ -110,14 +116,59 @@ def _report(options, rank, returncode):
     """Tells the launcher that this rank failed; returns an error text, or None on success."""
     if not options["report"]:
         return "no launcher address was given (--report)"
-    host, _, port = options["report"].rpartition(":")
     try:
-        with socket.create_connection((host, int(port)), timeout=10) as conn:
+        with socket.create_connection(_address(options), timeout=10) as conn:
             conn.sendall(f"{options['token']} {rank} {returncode}\n".encode())
             conn.recv(16)  # the launcher answers (or closes) once it has the report
     except (OSError, ValueError) as err:
         return f"could not reach the launcher at {options['report']}: {err}"
     return None
+
+
+def _address(options):
+    host, _, port = options["report"].rpartition(":")
+    return host, int(port)
+
+
+def _stop_orphan(state, rank, why):
+    """The launcher is gone: SIGTERM the child, SIGKILL it after the grace time."""
+    child = state["child"]
+    if child.poll() is not None:
+        return
+    state["stopped"] = True  # no failure report: there is nobody to tell
+    try:
+        sys.stderr.write(f"kerashvd: rank {rank}: {why}; stopping this rank.\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # the launcher's pipes may be gone with it
+    child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + _ORPHAN_GRACE
+    while child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if child.poll() is None:
+        child.kill()
+
+
+def _watch_launcher(options, state, rank):
+    """Holds the watch connection; stops the child when the launcher closes it (step 3)."""
+    try:
+        conn = socket.create_connection(_address(options), timeout=10)
+        conn.sendall(f"{options['token']} {rank} watch\n".encode())
+        conn.settimeout(None)
+    except ConnectionRefusedError:
+        _stop_orphan(state, rank, f"the launcher at {options['report']} is gone")
+        return
+    except (OSError, ValueError) as err:
+        sys.stderr.write(f"kerashvd: rank {rank}: cannot keep a connection to the launcher at "
+                         f"{options['report']} ({err}); this rank will not stop by itself if "
+                         "the launcher dies.\n")
+        return
+    try:
+        while conn.recv(64):
+            pass  # the launcher never writes; an empty read means it closed
+    except OSError:
+        pass
+    _stop_orphan(state, rank, "the launcher (kerashvdrun or kerashvd.run) has ended")
 
 
 def main(argv):
@@ -147,6 +198,9 @@ def main(argv):
         state["child"] = child
         for signum in state["pending"]:
             child.send_signal(signum)
+        if options["report"]:
+            threading.Thread(target=_watch_launcher, args=(options, state, rank),
+                             daemon=True).start()
         if options["prefix_output"]:
             prefix = f"[{rank}] ".encode()
             for source, fd in ((child.stdout, 1), (child.stderr, 2)):

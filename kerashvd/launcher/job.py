@@ -13,6 +13,13 @@ it on), then SIGINT twice (hydra's "force abort": it SIGKILLs the ranks), then S
 mpiexec itself (its proxies then kill the ranks; supervisors' children die with them).
 mpiexec runs in its own session so that a terminal's Ctrl-C reaches only the launcher, which
 stops the job in this order instead of leaving hydra and the ranks to race.
+
+If the launcher itself dies (SIGKILL, an out-of-memory kill, a notebook kernel that dies),
+nothing above runs. Two things stop the job then: mpiexec (or srun) is started with a
+parent-death signal, SIGTERM, which it forwards to every rank as in the first step above; and
+every rank's supervisor holds a connection to the launcher that the operating system closes
+when it dies, on which the supervisor stops its rank (SIGTERM, then SIGKILL; see
+``_supervisor.py``), also on other hosts.
 """
 
 import dataclasses
@@ -20,6 +27,7 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -143,6 +151,25 @@ def _read_lines(stream, events):
     events.put(_EOF)
 
 
+# Runs first in the launcher's child: asks for SIGTERM when the launcher (the thread that
+# started it, which waits for it) dies, then becomes the launcher command (the signal survives
+# exec). A tiny Python rather than subprocess's preexec_fn, which is unsafe with threads.
+_EXEC_WITH_PARENT_DEATH_SIGNAL = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit('kerashvd: the launcher ended before the job started')\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+def with_parent_death_signal(argv):
+    """``argv`` run so that it gets SIGTERM when this process dies (Linux; else ``argv``)."""
+    if not sys.platform.startswith("linux"):
+        return list(argv)
+    return [sys.executable, "-I", "-S", "-c", _EXEC_WITH_PARENT_DEATH_SIGNAL,
+            str(os.getpid()), *argv]
+
+
 def _environment():
     # A launcher started inside another MPI job must not hand its PMI_* to the new mpiexec.
     return {k: v for k, v in os.environ.items() if not k.startswith("PMI_")}
@@ -172,7 +199,7 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None):
     log = log or (lambda message: None)
     pipe = subprocess.PIPE if capture_output else None
     proc = subprocess.Popen(
-        argv, env=_environment(), start_new_session=True,
+        with_parent_death_signal(argv), env=_environment(), start_new_session=True,
         stdin=subprocess.DEVNULL if capture_output else None,
         stdout=pipe, stderr=subprocess.STDOUT if capture_output else None)
     if capture_output:

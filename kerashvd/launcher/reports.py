@@ -1,12 +1,19 @@
-"""The launcher's end of the failure reports sent by each rank's supervisor.
+"""The launcher's end of the connections from each rank's supervisor.
 
-A rank's supervisor connects once, only when its command failed, and sends one line
-``TOKEN RANK RETURNCODE`` (``RETURNCODE`` as ``subprocess`` gives it: ``-N`` for signal ``N``).
-The server checks the token (a random value per job, so that a stale supervisor of another job
-cannot stop this one), answers ``ok`` and puts a :class:`FailureReport` on the event queue.
+Every line a supervisor sends starts with the job's token (a random value per job, so that a
+stale supervisor of another job cannot stop this one) and its rank:
+
+- ``TOKEN RANK watch``, once, when the rank starts: the server keeps the connection open and
+  never writes to it. When the launcher process ends -- killed with SIGKILL included -- the
+  operating system closes it, and the supervisor stops its rank: no rank outlives its
+  launcher, on this host or another.
+- ``TOKEN RANK RETURNCODE``, on a new connection, only when the rank's command failed
+  (``RETURNCODE`` as ``subprocess`` gives it: ``-N`` for signal ``N``): the server answers
+  ``ok`` and puts a :class:`FailureReport` on the event queue.
 """
 
 import dataclasses
+import resource
 import secrets
 import socket
 import threading
@@ -50,7 +57,9 @@ class ReportServer:
     def __init__(self, events, local=True):
         self._events = events
         self.token = secrets.token_hex(16)
-        self._socket = socket.create_server(("127.0.0.1" if local else "", 0))
+        self._watched = []  # one open connection per running rank
+        _allow_many_connections()
+        self._socket = socket.create_server(("127.0.0.1" if local else "", 0), backlog=1024)
         self._socket.settimeout(0.2)
         port = self._socket.getsockname()[1]
         self.address = f"{'127.0.0.1' if local else socket.gethostname()}:{port}"
@@ -67,10 +76,11 @@ class ReportServer:
                 continue
             except OSError:
                 return
-            with conn:
-                self._handle(conn)
+            if not self._handle(conn):
+                conn.close()
 
     def _handle(self, conn):
+        """Reads one line; returns True when ``conn`` is a rank's watch connection (kept)."""
         conn.settimeout(5)
         data = b""
         try:
@@ -81,21 +91,43 @@ class ReportServer:
                 data += chunk
             fields = data.decode("ascii", "replace").split()
             if len(fields) != 3 or not secrets.compare_digest(fields[0], self.token):
-                return
+                return False
+            if fields[2] == "watch":
+                self._watched.append(conn)
+                return True
             report = FailureReport(int(fields[1]), int(fields[2]))
             self._events.put(report)
             conn.sendall(b"ok\n")
         except (OSError, ValueError):
-            return
+            pass
+        return False
 
     def close(self):
-        """Stops listening and waits for the background thread."""
+        """Stops listening, waits for the background thread and closes the watch connections."""
         self._closed.set()
         self._thread.join()
         self._socket.close()
+        for conn in self._watched:
+            conn.close()
+        self._watched.clear()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+_WANTED_FILES = 65536
+
+
+def _allow_many_connections():
+    """Raises the open-file limit toward the hard limit: the server holds one socket per rank
+    (a soft limit of 1024 is common). The ranks inherit it."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = _WANTED_FILES if hard == resource.RLIM_INFINITY else min(hard, _WANTED_FILES)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError):
+        pass  # keep the limit
