@@ -52,7 +52,8 @@ TFDS_HOWTO = ("python -c \"import tensorflow_datasets as tfds; tfds.builder('ima
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     data = p.add_argument_group("data")
     data.add_argument("--data-dir", help="the TFRecord directory, or the tfds data directory")
     data.add_argument("--data-format", choices=("tfrecord", "tfds"), default="tfrecord",
@@ -69,7 +70,8 @@ def parse_args(argv):
     train.add_argument("--epochs", type=int, help="epochs in total (default 90; --synthetic: 11, "
                                                   "the first one untimed)")
     train.add_argument("--steps-per-epoch", type=int,
-                       help="steps per epoch (default: training images // global batch; --synthetic: 10)")
+                       help="steps per epoch (default: training images // global batch; "
+                            "--synthetic: 10)")
     train.add_argument("--base-lr", type=float, default=0.1, help="learning rate per 256 images")
     train.add_argument("--warmup-epochs", type=int, help="linear warmup epochs (default 5)")
     train.add_argument("--decay-epochs", default="30,60,80",
@@ -84,10 +86,13 @@ def parse_args(argv):
                        help="compress gradients to float16 for the allreduce")
     train.add_argument("--backward-passes-per-step", type=int, default=1,
                        help="accumulate gradients of this many batches locally per update")
-    train.add_argument("--checkpoint-dir", help="rank 0 saves model.keras here every epoch; a rerun resumes")
-    train.add_argument("--log-csv", help="rank 0 appends one row per epoch (loss, accuracy, lr, images/s)")
+    train.add_argument("--checkpoint-dir",
+                       help="rank 0 saves model.keras here every epoch; a rerun resumes")
+    train.add_argument("--log-csv",
+                       help="rank 0 appends one row per epoch (loss, accuracy, lr, images/s)")
     train.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--tiny", action="store_true", help=f"a seconds-long run for tests: {TINY} unless given")
+    p.add_argument("--tiny", action="store_true",
+                   help=f"a seconds-long run for tests: {TINY} unless given")
     args = p.parse_args(argv)
     defaults = TINY if args.tiny else DEFAULTS
     if args.synthetic:
@@ -96,7 +101,8 @@ def parse_args(argv):
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.image_size < 32:
-        p.error(f"--image-size must be at least 32 (ResNet-50's smallest input); received {args.image_size}")
+        p.error("--image-size must be at least 32 (ResNet-50's smallest input); "
+                f"received {args.image_size}")
     for key in ("batch_size", "epochs", "warmup_epochs", "backward_passes_per_step"):
         if getattr(args, key) <= 0:
             p.error(f"--{key.replace('_', '-')} must be positive; received {getattr(args, key)}")
@@ -149,7 +155,8 @@ def load_data(args):
     global_batch = args.batch_size * hvd.size()
     seed = args.seed + hvd.rank()
     if args.synthetic:
-        return imagenet_data.synthetic_dataset(args.image_size, args.batch_size, seed), None, args.steps_per_epoch
+        train = imagenet_data.synthetic_dataset(args.image_size, args.batch_size, seed)
+        return train, None, args.steps_per_epoch
     if args.data_format == "tfrecord":
         imagenet_data.check_tfrecord_layout(args.data_dir)
         train, train_files = imagenet_data.tfrecord_dataset(

@@ -34,16 +34,24 @@ DEFAULTS = {"epochs": 8, "batch_size": 64, "warmup_epochs": 3}
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", help="tfds data directory (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir",
+                   help="tfds data directory (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
     p.add_argument("--epochs", type=int, help=f"epochs in total (default {DEFAULTS['epochs']})")
-    p.add_argument("--batch-size", type=int, help=f"per-rank batch size (default {DEFAULTS['batch_size']})")
-    p.add_argument("--lr", type=float, default=0.001, help="Adam learning rate for one rank; scaled by the number of ranks")
-    p.add_argument("--warmup-epochs", type=int, help=f"epochs of learning-rate warmup (default {DEFAULTS['warmup_epochs']})")
-    p.add_argument("--checkpoint-dir", help="rank 0 saves a checkpoint here every epoch; a rerun resumes from it")
-    p.add_argument("--log-csv", help="rank 0 appends one row per epoch here (loss, accuracy, lr, images/s, ...)")
+    p.add_argument("--batch-size", type=int,
+                   help=f"per-rank batch size (default {DEFAULTS['batch_size']})")
+    p.add_argument("--lr", type=float, default=0.001,
+                   help="Adam learning rate for one rank; scaled by the number of ranks")
+    p.add_argument("--warmup-epochs", type=int,
+                   help=f"epochs of learning-rate warmup (default {DEFAULTS['warmup_epochs']})")
+    p.add_argument("--checkpoint-dir",
+                   help="rank 0 saves a checkpoint here every epoch; a rerun resumes from it")
+    p.add_argument("--log-csv",
+                   help="rank 0 appends one row per epoch here (loss, accuracy, lr, images/s, ...)")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--tiny", action="store_true", help=f"a seconds-long run for tests: {TINY} unless given")
+    p.add_argument("--tiny", action="store_true",
+                   help=f"a seconds-long run for tests: {TINY} unless given")
     args = p.parse_args(argv)
     for key, value in (TINY if args.tiny else DEFAULTS).items():
         if getattr(args, key) is None:
