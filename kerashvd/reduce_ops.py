@@ -1,4 +1,11 @@
-"""Reduction operators for allreduce and reducescatter (``kerashvd.Average`` etc.)."""
+"""Reduction operators for allreduce and reducescatter (``kerashvd.Average`` etc.).
+
+``Min`` and ``Max`` of floats propagate NaN as numpy's ``np.minimum``/``np.maximum`` do: an
+element that is NaN on any rank is NaN on every rank. They also order -0.0 below +0.0 (Max
+of -0.0 and +0.0 is +0.0, Min is -0.0), so every rank gets the same bits, whatever order the
+ranks' values are combined in. float16 and bfloat16 are reduced in float32 and follow the
+same rule; integer Min and Max are exact.
+"""
 
 Average = 0
 Sum = 1

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "mpi_reduce_ops.h"
 #include "mpi_wait.h"
 
 namespace kerashvd {
@@ -46,7 +47,7 @@ Status MpiBackend::Allreduce(const void* send, void* recv, int64_t count, DataTy
     return SplitAllreduce(send, recv, count, dtype, options);
   const void* source = send == recv ? MPI_IN_PLACE : send;
   MPI_Request request;
-  return Finish(MPI_Iallreduce_c(source, recv, count, MpiDatatype(dtype), MpiOp(options.op),
+  return Finish(MPI_Iallreduce_c(source, recv, count, MpiDatatype(dtype), MpiOp(options.op, dtype),
                                  mpi_->comm(), &request),
                 &request, "MPI_Iallreduce");
 }
@@ -71,6 +72,7 @@ Status MpiBackend::SplitAllreduce(const void* send, void* recv, int64_t count, D
                                   const ReduceOptions& options) {
   const int size = mpi_->size(), rank = mpi_->rank();
   const int64_t width = DataTypeSize(dtype);
+  const MPI_Op op = MpiOp(options.op, dtype);
   std::vector<MPI_Count> counts(size);
   std::vector<MPI_Aint> displs(size, 0);
   for (int r = 0; r < size; ++r) {
@@ -82,14 +84,14 @@ Status MpiBackend::SplitAllreduce(const void* send, void* recv, int64_t count, D
   MPI_Request request;
   if (send == recv) {
     KERASHVD_RETURN_IF_ERROR(Finish(MPI_Ireduce_scatter_c(MPI_IN_PLACE, recv, counts.data(),
-                                                          MpiDatatype(dtype), MpiOp(options.op),
-                                                          mpi_->comm(), &request),
+                                                          MpiDatatype(dtype), op, mpi_->comm(),
+                                                          &request),
                                     &request, "MPI_Ireduce_scatter"));
     if (rank > 0 && counts[rank] > 0) std::memmove(mine, out, counts[rank] * width);
   } else {
     KERASHVD_RETURN_IF_ERROR(Finish(MPI_Ireduce_scatter_c(send, mine, counts.data(),
-                                                          MpiDatatype(dtype), MpiOp(options.op),
-                                                          mpi_->comm(), &request),
+                                                          MpiDatatype(dtype), op, mpi_->comm(),
+                                                          &request),
                                     &request, "MPI_Ireduce_scatter"));
   }
   return Finish(MPI_Iallgatherv_c(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, counts.data(),
@@ -132,7 +134,7 @@ Status MpiBackend::ReduceScatter(const void* send, void* recv,
   auto counts = ToCounts(recv_counts);
   MPI_Request request;
   return Finish(MPI_Ireduce_scatter_c(send, recv, counts.data(), MpiDatatype(dtype),
-                                      MpiOp(options.op), mpi_->comm(), &request),
+                                      MpiOp(options.op, dtype), mpi_->comm(), &request),
                 &request, "MPI_Ireduce_scatter");
 }
 

@@ -45,15 +45,6 @@ MPI_Datatype MpiDatatype(DataType dtype) {
   }
 }
 
-MPI_Op MpiOp(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kMin: return MPI_MIN;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kProduct: return MPI_PROD;
-    default: return MPI_SUM;
-  }
-}
-
 Status MpiContext::Create(std::unique_ptr<MpiContext>* out) {
   std::unique_ptr<MpiContext> ctx(new MpiContext());
   int initialized = 0, finalized = 0;

@@ -53,6 +53,5 @@ bool MpiBroken();
 // Turns an MPI error code into a Status naming the call.
 Status MpiStatus(int code, const char* call);
 MPI_Datatype MpiDatatype(DataType dtype);
-MPI_Op MpiOp(ReduceOp op);
 
 }  // namespace kerashvd

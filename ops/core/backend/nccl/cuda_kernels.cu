@@ -61,7 +61,57 @@ cudaError_t Convert(const void* src, void* dst, int64_t n, DataType dtype, doubl
   return cudaGetLastError();
 }
 
+// U: the unsigned integer of F's width.
+template <typename F, typename U>
+__global__ void ToKeysKernel(const F* src, U* dst, int64_t n, bool max) {
+  constexpr U kSign = U{1} << (sizeof(U) * 8 - 1);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const F x = src[i];
+    U bits;
+    memcpy(&bits, &x, sizeof(U));
+    if (x != x) dst[i] = max ? ~U{0} : U{0};              // NaN: beyond every value
+    else dst[i] = (bits & kSign) ? ~bits : (bits | kSign);  // negatives reversed, below positives
+  }
+}
+
+template <typename F, typename U>
+__global__ void FromKeysKernel(U* buffer, int64_t n, U canonical_nan) {
+  constexpr U kSign = U{1} << (sizeof(U) * 8 - 1);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const U key = buffer[i];
+    const U bits = (key & kSign) ? (key ^ kSign) : ~key;
+    F x;
+    memcpy(&x, &bits, sizeof(U));
+    buffer[i] = x != x ? canonical_nan : bits;
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchToOrderKeys(const void* src, void* dst, int64_t count, DataType dtype, bool max,
+                              cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (dtype == DataType::kFloat64)
+    ToKeysKernel<double, uint64_t><<<Blocks(count), kThreads, 0, stream>>>(
+        static_cast<const double*>(src), static_cast<uint64_t*>(dst), count, max);
+  else
+    ToKeysKernel<float, uint32_t><<<Blocks(count), kThreads, 0, stream>>>(
+        static_cast<const float*>(src), static_cast<uint32_t*>(dst), count, max);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFromOrderKeys(void* buffer, int64_t count, DataType dtype, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (dtype == DataType::kFloat64)
+    FromKeysKernel<double, uint64_t><<<Blocks(count), kThreads, 0, stream>>>(
+        static_cast<uint64_t*>(buffer), count, uint64_t{0x7ff8000000000000});
+  else
+    FromKeysKernel<float, uint32_t><<<Blocks(count), kThreads, 0, stream>>>(
+        static_cast<uint32_t*>(buffer), count, uint32_t{0x7fc00000});
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchScaleCopy(const void* src, void* dst, int64_t count, DataType dtype,
                             double factor, cudaStream_t stream) {

@@ -22,4 +22,14 @@ cudaError_t LaunchHalfToFloat(const void* src, float* dst, int64_t count, DataTy
 cudaError_t LaunchFloatToHalf(const float* src, void* dst, int64_t count, DataType dtype,
                               double factor, cudaStream_t stream);
 
+// NaN-propagating Min/Max of float32/float64 on top of NCCL's integer Min/Max (NCCL's own
+// float Min/Max use fminf/fmaxf, which drop NaN). Each value becomes an unsigned key of the
+// same width whose order is the values' order, with -0.0 below +0.0 and NaN above everything
+// (`max`) or below everything (Min); after an integer reduction, the keys go back to values,
+// any NaN as the canonical quiet NaN (the bits the MPI backend produces, mpi_reduce_ops.h).
+// src may equal dst.
+cudaError_t LaunchToOrderKeys(const void* src, void* dst, int64_t count, DataType dtype, bool max,
+                              cudaStream_t stream);
+cudaError_t LaunchFromOrderKeys(void* buffer, int64_t count, DataType dtype, cudaStream_t stream);
+
 }  // namespace kerashvd

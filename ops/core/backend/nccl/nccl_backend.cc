@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "cuda_kernels.h"
+
 namespace kerashvd {
 namespace {
 
@@ -40,6 +42,25 @@ Status Grouped(Calls calls) {
   Status status = calls();
   Status end = NcclStatus(ncclGroupEnd(), "ncclGroupEnd");
   return status.ok() ? end : status;
+}
+
+// Float Min/Max go through order keys (see the header comment).
+bool UsesOrderKeys(DataType dtype, ReduceOp op) {
+  return (op == ReduceOp::kMin || op == ReduceOp::kMax) &&
+         (dtype == DataType::kFloat32 || dtype == DataType::kFloat64);
+}
+
+ncclDataType_t KeyType(DataType dtype) {
+  return dtype == DataType::kFloat64 ? ncclUint64 : ncclUint32;
+}
+
+int64_t NcclTypeSize(ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 4;
+  }
 }
 
 }  // namespace
@@ -94,9 +115,21 @@ Status NcclBackend::Allreduce(const void* send, void* recv, int64_t count, DataT
                                    std::to_string(count));
   if (count == 0) return Status::Ok();
   KERASHVD_RETURN_IF_ERROR(nccl_->Begin("ncclAllReduce"));
+  const bool keys = UsesOrderKeys(dtype, options.op);
+  if (keys) {
+    KERASHVD_RETURN_IF_ERROR(CudaStatus(LaunchToOrderKeys(send, recv, count, dtype,
+                                                          options.op == ReduceOp::kMax,
+                                                          nccl_->stream()),
+                                        "order keys"));
+    send = recv;
+    type = KeyType(dtype);
+  }
   KERASHVD_RETURN_IF_ERROR(NcclStatus(ncclAllReduce(send, recv, count, type, NcclOp(options.op),
                                                     nccl_->comm(), nccl_->stream()),
                                       "ncclAllReduce"));
+  if (keys)
+    KERASHVD_RETURN_IF_ERROR(
+        CudaStatus(LaunchFromOrderKeys(recv, count, dtype, nccl_->stream()), "order keys"));
   return nccl_->Wait("ncclAllReduce");
 }
 
@@ -190,8 +223,36 @@ Status NcclBackend::ReduceScatter(const void* send, void* recv,
   ncclDataType_t type;
   KERASHVD_RETURN_IF_ERROR(NcclReduceType(dtype, &type));
   KERASHVD_RETURN_IF_ERROR(CheckPerRank(recv_counts, "ReduceScatter"));
-  if (Total(recv_counts) == 0) return Status::Ok();
+  const int64_t total = Total(recv_counts);
+  if (total == 0) return Status::Ok();
   const ncclRedOp_t op = NcclOp(options.op);
+  if (UsesOrderKeys(dtype, options.op)) {
+    // The keys of the whole input go to a buffer of their own (the input stays as it is);
+    // this rank's block of the result comes back as keys in `recv`.
+    KERASHVD_RETURN_IF_ERROR(nccl_->Begin("ReduceScatter (order keys)"));
+    void* keys = nullptr;
+    const size_t bytes = static_cast<size_t>(total) * DataTypeSize(dtype);
+    KERASHVD_RETURN_IF_ERROR(CudaStatus(cudaMallocAsync(&keys, bytes, nccl_->stream()),
+                                        "cudaMallocAsync"));
+    Status status = CudaStatus(LaunchToOrderKeys(send, keys, total, dtype,
+                                                 options.op == ReduceOp::kMax, nccl_->stream()),
+                               "order keys");
+    if (status.ok()) status = ReduceScatterAs(keys, recv, recv_counts, KeyType(dtype), op);
+    if (status.ok())
+      status = CudaStatus(LaunchFromOrderKeys(recv, recv_counts[nccl_->rank()], dtype,
+                                              nccl_->stream()),
+                          "order keys");
+    Status freed = CudaStatus(cudaFreeAsync(keys, nccl_->stream()), "cudaFreeAsync");
+    if (status.ok()) status = freed;
+    return status.ok() ? nccl_->Wait("ReduceScatter (order keys)") : status;
+  }
+  return ReduceScatterAs(send, recv, recv_counts, type, op);
+}
+
+Status NcclBackend::ReduceScatterAs(const void* send, void* recv,
+                                    const std::vector<int64_t>& recv_counts, ncclDataType_t type,
+                                    ncclRedOp_t op) {
+  const int64_t element = NcclTypeSize(type);
   if (AllEqual(recv_counts)) {
     KERASHVD_RETURN_IF_ERROR(nccl_->Begin("ncclReduceScatter"));
     KERASHVD_RETURN_IF_ERROR(NcclStatus(ncclReduceScatter(send, recv, recv_counts[0], type, op,
@@ -201,7 +262,6 @@ Status NcclBackend::ReduceScatter(const void* send, void* recv,
   }
   const char* what = "ReduceScatter (grouped ncclReduce)";
   KERASHVD_RETURN_IF_ERROR(nccl_->Begin(what));
-  const int64_t element = DataTypeSize(dtype);
   const std::vector<int64_t> offsets = Offsets(recv_counts);
   KERASHVD_RETURN_IF_ERROR(Grouped([&]() -> Status {
     for (int r = 0; r < nccl_->size(); ++r) {

@@ -22,6 +22,11 @@
 //                  (rooted there, over that rank's block) in one group.
 // Zero-sized blocks are skipped; the decisions depend only on arguments every rank shares
 // (counts, bytes, root), so all ranks make the same NCCL calls in the same order.
+// Min and Max of float32/float64 (the only float Min/Max the engine sends: it widens halves)
+// propagate NaN as the MPI backend does (mpi_reduce_ops.h), with the same bits on every rank:
+// NCCL's float Min/Max (fminf/fmaxf) drop NaN, so the values are turned into order-preserving
+// integer keys, reduced with NCCL's integer Min/Max, and turned back (cuda_kernels.h). Native
+// float16/bfloat16 Min/Max are NCCL's own (NaN-dropping).
 // Reductions of int16, uint16 and bool return Unimplemented naming the backend.
 #pragma once
 
@@ -55,6 +60,9 @@ class NcclBackend : public Backend {
  private:
   // Checks that `v` has one non-negative entry per rank.
   Status CheckPerRank(const std::vector<int64_t>& v, const char* what) const;
+  // ReduceScatter of elements of NCCL type `type` (counts checked, not all zero).
+  Status ReduceScatterAs(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                         ncclDataType_t type, ncclRedOp_t op);
 
   NcclContext* nccl_;
   MpiBackend host_;
