@@ -3,14 +3,19 @@
 Every function takes the tensor(s) first, then the operation's options, then ``name`` and
 ``process_set``. A collective is matched across ranks by its name (see ``_names``); every
 rank of its process set (default: all ranks) must call the same collectives with the same
-names, shapes and dtypes.
+names, shapes and dtypes. Ranks that disagree get ``tf.errors.FailedPreconditionError`` on
+every rank, as in Horovod. An argument that is wrong on one rank only raises there and fails
+the collective on the other ranks too, with ``tf.errors.InvalidArgumentError`` naming that
+rank (see ``_local_errors``).
 """
 
 import functools
 
+import numpy as np
 import tensorflow as tf
 
-from . import _names
+from . import _names, _sparse
+from ._local_errors import ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, shared_with_peers
 from ._xla import check_not_xla
 from ._ops import OPS
 from .compression import Compression
@@ -55,19 +60,50 @@ def _require_rows(tensor, what):
 
 
 def _check_splits(splits, rows, n, what="alltoall"):
-    """Validates alltoall splits known in Python (a list or an eager tensor) for n ranks."""
+    """Validates alltoall splits known in Python (a list or an eager tensor) for n ranks.
+
+    Returns them as ints, or None for a symbolic tensor (inside tf.function), which the kernel
+    checks at run time.
+    """
+    if isinstance(splits, (tf.Tensor, tf.Variable)) and not tf.executing_eagerly():
+        return None
     try:
-        values = [int(v) for v in (splits.numpy() if hasattr(splits, "numpy") else splits)]
-    except (TypeError, ValueError, AttributeError):
-        return  # a symbolic tensor inside tf.function: the kernel checks it at run time
+        raw = splits.numpy() if hasattr(splits, "numpy") else splits
+        values = [float(v) for v in np.asarray(raw).reshape(-1)]
+        if np.ndim(raw) != 1:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: splits must be a list or vector of row counts, one per rank "
+                         f"({n}); received {splits!r}") from None
     if len(values) != n:
         raise ValueError(f"{what}: splits must have one entry per rank ({n}); received "
-                         f"{len(values)} entries: {values}")
+                         f"{len(values)} entries: {_shown(values)}")
+    if not all(np.isfinite(v) and v == int(v) for v in values):
+        raise ValueError(f"{what}: splits must be whole numbers of rows; received "
+                         f"{_shown(values)}")
+    values = [int(v) for v in values]
     if any(v < 0 for v in values):
         raise ValueError(f"{what}: splits must be >= 0; received {values}")
     if rows is not None and sum(values) != rows:
         raise ValueError(f"{what}: splits sum to {sum(values)} but the tensor has {rows} rows; "
                          "they must be equal.")
+    return values
+
+
+def _shown(values):
+    """Split values as a user wrote them: 2 rather than 2.0."""
+    return "[" + ", ".join(str(int(v)) if np.isfinite(v) and v == int(v) else str(v)
+                           for v in values) + "]"
+
+
+def _split_tensor(splits, checked):
+    """The splits input of the alltoall op: checked values, or a symbolic tensor as it is
+    (the kernel accepts integer and float splits and checks them)."""
+    if checked is not None:
+        return tf.constant(checked, tf.int64)
+    if splits.dtype in (tf.int32, tf.int64, tf.float32, tf.float64):
+        return splits
+    return tf.cast(splits, tf.float64 if splits.dtype.is_floating else tf.int64)
 
 
 def _as_tensor_list(values, what, dtypes):
@@ -87,23 +123,28 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     """Reduces a tensor over all ranks; every rank gets the result.
 
     Args:
-        tensor: a tensor (or ``tf.IndexedSlices``, which is allgathered instead).
+        tensor: a tensor, or a ``tf.IndexedSlices``, whose values and indices are allgathered
+            instead (op ``Sum`` or ``Average`` only, as in Horovod).
         average: deprecated Horovod argument; use ``op``.
         device_dense, device_sparse: accepted for Horovod compatibility; unused.
         compression: a ``kerashvd.Compression`` applied around the collective.
-        op: ``kerashvd.Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
+        op: ``kerashvd.Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``. Min and
+            Max propagate NaN (see ``kerashvd.reduce_ops``).
         prescale_factor: multiplies the input before the reduction.
         postscale_factor: multiplies the result after the reduction.
-        name: the key ranks match this collective by; default: a call counter.
+        name: the key ranks match this collective by; default: a call counter (per thread,
+            see ``kerashvd._names``).
         process_set: the ranks that take part (a registered ``kerashvd.ProcessSet``);
             default all. Average then divides by the set's size.
 
     Returns:
-        A tensor of the input's shape and dtype.
+        A tensor of the input's shape and dtype (``tf.IndexedSlices`` for IndexedSlices).
 
     Raises:
         TypeError: for an unsupported dtype. ValueError: for a bad ``op``.
-        tf.errors.InvalidArgumentError: when ranks disagree on shape, dtype or op.
+        NotImplementedError: for IndexedSlices with an op other than Sum and Average.
+        tf.errors.FailedPreconditionError: when ranks disagree on shape, dtype or op.
+        tf.errors.InvalidArgumentError: when another rank's arguments were wrong.
 
     Example:
 
@@ -113,12 +154,17 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     array([1., 2.], dtype=float32)
     """
     _require_init()
-    op = resolve_op(op, average)
     ps = resolve(process_set, "allreduce")
     key = _names.tensor_name("allreduce", name, ps)
     if isinstance(tensor, tf.IndexedSlices):
-        return _allreduce_indexed_slices(tensor, op, key, ps)
-    tensor = _as_tensor(tensor, "allreduce", _REDUCE_DTYPES)
+        with shared_with_peers(ALLGATHER, key + ".values", ps):
+            op = resolve_op(op, average)
+            _sparse.check_op(op, "allreduce")
+            _as_tensor(tensor.values, "allreduce", _REDUCE_DTYPES)
+        return _sparse.allreduce(tensor, op, key, ps, prescale_factor, postscale_factor)
+    with shared_with_peers(ALLREDUCE, key, ps):
+        op = resolve_op(op, average)
+        tensor = _as_tensor(tensor, "allreduce", _REDUCE_DTYPES)
     compressed, context = compression.compress(tensor)
     reduced = OPS.kerashvd_allreduce(compressed, reduce_op=op, prescale_factor=prescale_factor,
                                      postscale_factor=postscale_factor, tensor_name=key,
@@ -126,29 +172,22 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     return compression.decompress(reduced, context)
 
 
-def _allreduce_indexed_slices(slices, op, key, ps):
-    if op not in (Average, Sum):
-        raise ValueError("allreduce of tf.IndexedSlices supports op=Average or op=Sum only")
-    values = OPS.kerashvd_allgather(slices.values, tensor_name=key + ".values", process_set_id=ps)
-    indices = OPS.kerashvd_allgather(slices.indices, tensor_name=key + ".indices",
-                                     process_set_id=ps)
-    if op == Average:
-        values = values / tf.cast(set_size(ps), values.dtype)
-    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
-
-
 @_collective
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, name=None, process_set=global_process_set):
-    """Reduces a list of tensors of one dtype as one unit, fused into one collective.
+    """Reduces a list of tensors as one unit: dense tensors fused into one collective.
 
     Args:
-        tensors: a list of tensors of the same dtype.
+        tensors: a list of dense tensors of one dtype and/or ``tf.IndexedSlices`` (whose
+            values and indices are allgathered, as by :func:`allreduce`).
         Others: as for :func:`allreduce`.
 
     Returns:
-        A list of reduced tensors, in the input's order.
+        A list of reduced tensors (IndexedSlices for IndexedSlices), in the input's order.
+
+    Raises:
+        As :func:`allreduce`.
 
     Example:
 
@@ -158,18 +197,38 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     (TensorShape([2]), TensorShape([3]))
     """
     _require_init()
-    op = resolve_op(op, average)
     ps = resolve(process_set, "grouped_allreduce")
     key = _names.tensor_name("grouped_allreduce", name, ps)
-    tensors = _as_tensor_list(tensors, "grouped_allreduce", _REDUCE_DTYPES)
-    if not tensors:
-        return []
-    pairs = [compression.compress(t) for t in tensors]
-    reduced = OPS.kerashvd_grouped_allreduce([p[0] for p in pairs], reduce_op=op,
-                                             prescale_factor=prescale_factor,
-                                             postscale_factor=postscale_factor, tensor_name=key,
-                                             process_set_id=ps)
-    return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
+    if isinstance(tensors, (tf.Tensor, tf.Variable, tf.IndexedSlices)) or not hasattr(tensors, "__iter__"):
+        raise TypeError(f"grouped_allreduce needs a list of tensors; received {type(tensors).__name__}")
+    tensors = list(tensors)
+    sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
+    dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    first = (ALLREDUCE, key) if dense or not sparse else (
+        ALLGATHER, _sparse.values_key(key, [tensors[i] for i in sparse]))
+    with shared_with_peers(*first, ps):
+        op = resolve_op(op, average)
+        if sparse:
+            _sparse.check_op(op, "grouped_allreduce")
+            for i in sparse:
+                _as_tensor(tensors[i].values, "grouped_allreduce", _REDUCE_DTYPES)
+        dense_tensors = _as_tensor_list([tensors[i] for i in dense], "grouped_allreduce",
+                                        _REDUCE_DTYPES)
+    out = [None] * len(tensors)
+    if dense:
+        pairs = [compression.compress(t) for t in dense_tensors]
+        reduced = OPS.kerashvd_grouped_allreduce([p[0] for p in pairs], reduce_op=op,
+                                                 prescale_factor=prescale_factor,
+                                                 postscale_factor=postscale_factor, tensor_name=key,
+                                                 process_set_id=ps)
+        for i, r, p in zip(dense, reduced, pairs):
+            out[i] = compression.decompress(r, p[1])
+    if sparse:
+        gathered = _sparse.grouped_allreduce([tensors[i] for i in sparse], op, key, ps,
+                                             prescale_factor, postscale_factor)
+        for i, g in zip(sparse, gathered):
+            out[i] = g
+    return out
 
 
 @_collective
@@ -194,9 +253,10 @@ def allgather(tensor, name=None, process_set=global_process_set):
     """
     _require_init()
     ps = resolve(process_set, "allgather")
-    tensor = _require_rows(_as_tensor(tensor, "allgather", _ALL_DTYPES), "allgather")
-    return OPS.kerashvd_allgather(tensor, tensor_name=_names.tensor_name("allgather", name, ps),
-                                  process_set_id=ps)
+    key = _names.tensor_name("allgather", name, ps)
+    with shared_with_peers(ALLGATHER, key, ps):
+        tensor = _require_rows(_as_tensor(tensor, "allgather", _ALL_DTYPES), "allgather")
+    return OPS.kerashvd_allgather(tensor, tensor_name=key, process_set_id=ps)
 
 
 @_collective
@@ -204,12 +264,13 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgathers a list of tensors of one dtype as one unit. Returns a list."""
     _require_init()
     ps = resolve(process_set, "grouped_allgather")
-    tensors = [_require_rows(t, "grouped_allgather")
-               for t in _as_tensor_list(tensors, "grouped_allgather", _ALL_DTYPES)]
+    key = _names.tensor_name("grouped_allgather", name, ps)
+    with shared_with_peers(ALLGATHER, key, ps):
+        tensors = [_require_rows(t, "grouped_allgather")
+                   for t in _as_tensor_list(tensors, "grouped_allgather", _ALL_DTYPES)]
     if not tensors:
         return []
-    return OPS.kerashvd_grouped_allgather(
-        tensors, tensor_name=_names.tensor_name("grouped_allgather", name, ps), process_set_id=ps)
+    return OPS.kerashvd_grouped_allgather(tensors, tensor_name=key, process_set_id=ps)
 
 
 @_collective
@@ -226,11 +287,11 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """
     _require_init()
     ps = resolve(process_set, "broadcast")
-    _check_root(root_rank, process_set)
-    tensor = _as_tensor(tensor, "broadcast", _ALL_DTYPES)
-    return OPS.kerashvd_broadcast(tensor, root_rank=root_rank,
-                                  tensor_name=_names.tensor_name("broadcast", name, ps),
-                                  process_set_id=ps)
+    key = _names.tensor_name("broadcast", name, ps)
+    with shared_with_peers(BROADCAST, key, ps):
+        _check_root(root_rank, process_set)
+        tensor = _as_tensor(tensor, "broadcast", _ALL_DTYPES)
+    return OPS.kerashvd_broadcast(tensor, root_rank=root_rank, tensor_name=key, process_set_id=ps)
 
 
 @_collective
@@ -238,13 +299,14 @@ def grouped_broadcast(tensors, root_rank, name=None, process_set=global_process_
     """Broadcasts a list of tensors of one dtype as one unit. Returns a list."""
     _require_init()
     ps = resolve(process_set, "grouped_broadcast")
-    _check_root(root_rank, process_set)
-    tensors = _as_tensor_list(tensors, "grouped_broadcast", _ALL_DTYPES)
+    key = _names.tensor_name("grouped_broadcast", name, ps)
+    with shared_with_peers(BROADCAST, key, ps):
+        _check_root(root_rank, process_set)
+        tensors = _as_tensor_list(tensors, "grouped_broadcast", _ALL_DTYPES)
     if not tensors:
         return []
-    return OPS.kerashvd_grouped_broadcast(
-        tensors, root_rank=root_rank, tensor_name=_names.tensor_name("grouped_broadcast", name, ps),
-        process_set_id=ps)
+    return OPS.kerashvd_grouped_broadcast(tensors, root_rank=root_rank, tensor_name=key,
+                                          process_set_id=ps)
 
 
 def _check_root(root_rank, process_set):
@@ -261,8 +323,9 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
     Args:
         tensor: a tensor of rank >= 1.
-        splits: rows to send to each rank (length ``size()``, summing to the first
-            dimension). Default: equal parts (the first dimension must divide by ``size()``).
+        splits: rows to send to each rank (length ``size()``, whole numbers >= 0 summing to
+            the first dimension; a list, an array or an integer or float tensor). Default:
+            equal parts (the first dimension must divide by ``size()``).
         name: the key ranks match this collective by.
         process_set: the ranks that take part (default all); ``splits`` then has one entry
             per member, in rank order.
@@ -270,6 +333,11 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     Returns:
         The received rows in rank order when ``splits`` is None; otherwise a pair
         ``(received, received_splits)``.
+
+    Raises:
+        ValueError: for splits that do not fit the tensor (checked at run time, as
+            ``tf.errors.InvalidArgumentError``, for a tensor inside ``tf.function``).
+        tf.errors.InvalidArgumentError: when another rank's splits were wrong.
 
     Example:
 
@@ -280,20 +348,22 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """
     _require_init()
     ps = resolve(process_set, "alltoall")
+    key = _names.tensor_name("alltoall", name, ps)
     n = set_size(ps)
-    tensor = _require_rows(_as_tensor(tensor, "alltoall", _ALL_DTYPES), "alltoall")
-    rows = tensor.shape[0] if tensor.shape.rank else None
-    if splits is None:
-        if rows is not None and rows % n != 0:
-            raise ValueError(f"alltoall without splits needs a first dimension divisible by the "
-                             f"number of ranks ({n}); received {rows} rows. Pass splits= "
-                             "to send uneven parts.")
-    else:
-        _check_splits(splits, rows, n)
-    split_tensor = tf.zeros([0], tf.int64) if splits is None else tf.cast(splits, tf.int64)
-    received, received_splits = OPS.kerashvd_alltoall(
-        tensor, split_tensor, tensor_name=_names.tensor_name("alltoall", name, ps),
-        process_set_id=ps)
+    checked = None
+    with shared_with_peers(ALLTOALL, key, ps):
+        tensor = _require_rows(_as_tensor(tensor, "alltoall", _ALL_DTYPES), "alltoall")
+        rows = tensor.shape[0] if tensor.shape.rank else None
+        if splits is None:
+            if rows is not None and rows % n != 0:
+                raise ValueError(f"alltoall without splits needs a first dimension divisible by "
+                                 f"the number of ranks ({n}); received {rows} rows. Pass "
+                                 "splits= to send uneven parts.")
+        else:
+            checked = _check_splits(splits, rows, n)
+    split_tensor = tf.zeros([0], tf.int64) if splits is None else _split_tensor(splits, checked)
+    received, received_splits = OPS.kerashvd_alltoall(tensor, split_tensor, tensor_name=key,
+                                                      process_set_id=ps)
     return received if splits is None else (received, received_splits)
 
 
@@ -318,12 +388,13 @@ def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0,
     TensorShape([1, 2])
     """
     _require_init()
-    op = resolve_op(op, None, allowed=(Average, Sum))
     ps = resolve(process_set, "reducescatter")
-    tensor = _require_rows(_as_tensor(tensor, "reducescatter", _REDUCE_DTYPES), "reducescatter")
+    key = _names.tensor_name("reducescatter", name, ps)
+    with shared_with_peers(REDUCESCATTER, key, ps):
+        op = resolve_op(op, None, allowed=(Average, Sum))
+        tensor = _require_rows(_as_tensor(tensor, "reducescatter", _REDUCE_DTYPES), "reducescatter")
     return OPS.kerashvd_reducescatter(tensor, reduce_op=op, prescale_factor=prescale_factor,
-                                      postscale_factor=postscale_factor,
-                                      tensor_name=_names.tensor_name("reducescatter", name, ps),
+                                      postscale_factor=postscale_factor, tensor_name=key,
                                       process_set_id=ps)
 
 
@@ -332,15 +403,17 @@ def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_fa
                           process_set=global_process_set):
     """Reducescatter of a list of tensors of one dtype as one unit. Returns a list."""
     _require_init()
-    op = resolve_op(op, None, allowed=(Average, Sum))
     ps = resolve(process_set, "grouped_reducescatter")
-    tensors = [_require_rows(t, "grouped_reducescatter")
-               for t in _as_tensor_list(tensors, "grouped_reducescatter", _REDUCE_DTYPES)]
+    key = _names.tensor_name("grouped_reducescatter", name, ps)
+    with shared_with_peers(REDUCESCATTER, key, ps):
+        op = resolve_op(op, None, allowed=(Average, Sum))
+        tensors = [_require_rows(t, "grouped_reducescatter")
+                   for t in _as_tensor_list(tensors, "grouped_reducescatter", _REDUCE_DTYPES)]
     if not tensors:
         return []
     return OPS.kerashvd_grouped_reducescatter(
         tensors, reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-        tensor_name=_names.tensor_name("grouped_reducescatter", name, ps), process_set_id=ps)
+        tensor_name=key, process_set_id=ps)
 
 
 @_collective

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import _names
+from ._local_errors import ALLGATHER, BROADCAST, shared_with_peers
 from .collectives import allgather, broadcast, grouped_broadcast
 from .process_sets import global_process_set, resolve, set_size
 from .runtime import _require_init
@@ -49,6 +50,10 @@ def broadcast_variables(variables, root_rank, name=None, process_set=global_proc
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Returns ``root_rank``'s Python object on every rank (pickled with cloudpickle).
 
+    Raises:
+        Whatever pickling raises, on the root, when ``obj`` cannot be pickled; the other
+        ranks then raise ``tf.errors.InvalidArgumentError`` naming the root and that error.
+
     Example:
 
     >>> import kerashvd as hvd
@@ -57,8 +62,14 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     """
     _require_init()
     from .runtime import rank
-    key = _names.tensor_name("broadcast_object", name, resolve(process_set, "broadcast_object"))
-    payload = cloudpickle.dumps(obj) if rank() == root_rank else b""
+    ps = resolve(process_set, "broadcast_object")
+    key = _names.tensor_name("broadcast_object", name, ps)
+    payload = b""
+    if rank() == root_rank:
+        # The other ranks wait in the size broadcast: a pickling error must reach them.
+        with shared_with_peers(BROADCAST, _names.tensor_name("broadcast", key + ".size", ps), ps,
+                               errors=Exception):
+            payload = cloudpickle.dumps(obj)
     length = broadcast(tf.constant([len(payload)], tf.int64), root_rank, name=key + ".size",
                        process_set=process_set)
     data = np.frombuffer(payload, np.uint8) if rank() == root_rank else np.zeros(int(length[0]), np.uint8)
@@ -69,6 +80,10 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's (every member's) Python object, in rank order.
 
+    Raises:
+        Whatever pickling raises, on a rank whose ``obj`` cannot be pickled; the other ranks
+        then raise ``tf.errors.InvalidArgumentError`` naming that rank and its error.
+
     Example:
 
     >>> import kerashvd as hvd
@@ -78,7 +93,10 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     _require_init()
     ps = resolve(process_set, "allgather_object")
     key = _names.tensor_name("allgather_object", name, ps)
-    payload = np.frombuffer(cloudpickle.dumps(obj), np.uint8)
+    # The other ranks wait in the size allgather: a pickling error must reach them.
+    with shared_with_peers(ALLGATHER, _names.tensor_name("allgather", key + ".size", ps), ps,
+                           errors=Exception):
+        payload = np.frombuffer(cloudpickle.dumps(obj), np.uint8)
     sizes = allgather(tf.constant([payload.size], tf.int64), name=key + ".size",
                       process_set=process_set).numpy()
     data = allgather(tf.constant(payload), name=key + ".data", process_set=process_set).numpy().tobytes()

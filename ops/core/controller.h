@@ -24,6 +24,16 @@
 //      signatures of ready slots are read before the list's evictions and insertions are
 //      applied, in that order, so every copy of the cache stays identical.
 //
+// Failed requests: a rank whose own arguments for a collective are wrong (alltoall splits, an
+// unpicklable object, a root rank out of range: anything only that rank can see) cannot run
+// it, while the other ranks already wait in it. Failing only locally would leave them waiting
+// forever, so that rank still submits the collective under its name, with Request::error set
+// to its message and no data. Such a request is never served by the cache (step 2 sends it in
+// full), and once every rank has submitted the name (or joined), the coordinator answers it
+// with a kArgumentError response instead of comparing signatures: the collective fails on
+// every rank with Status::InvalidArgument naming the tensor, the failed rank(s) and their
+// messages, and nothing is communicated for it. The ranks stay in step, so the job goes on.
+//
 // Invariants: every rank runs the same number of cycles (each has a collective), applies the
 // same lists in the same order, and so holds the same cache and produces the same work list.
 // A rank that has joined owns no entry for some work items and contributes zeros / no rows.

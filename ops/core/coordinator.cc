@@ -67,6 +67,36 @@ void Coordinator::Ingest(const Request& request, Clock::time_point now) {
   pending.submitted[request.rank] = true;
 }
 
+bool Coordinator::FailedRequests(const std::string& name, const Pending& pending,
+                                 Response* response) const {
+  std::vector<int> failed;
+  for (int r = 0; r < size_; ++r)
+    if (pending.submitted[r] && !pending.by_rank[r].error.empty()) failed.push_back(r);
+  if (failed.empty()) return false;
+  std::string ranks;  // "1" or "0, 2"
+  for (size_t i = 0; i < failed.size(); ++i)
+    ranks += (i ? ", " : "") + std::to_string(world_ranks_[failed[i]]);
+  const char* plural = failed.size() == 1 ? "" : "s";
+  std::ostringstream msg;
+  msg << OpTypeName(response->request.op_type) << " '" << name << "' failed on rank" << plural
+      << " " << ranks << ":";
+  // Each message as a sentence, so the next one reads apart from it.
+  auto sentence = [](const std::string& text) {
+    return !text.empty() && text.back() == '.' ? text : text + ".";
+  };
+  if (failed.size() == 1) {
+    msg << " " << sentence(pending.by_rank[failed[0]].error);
+  } else {
+    for (int r : failed)
+      msg << " rank " << world_ranks_[r] << ": " << sentence(pending.by_rank[r].error);
+  }
+  msg << " Every rank of the collective raises this error; fix the arguments on rank" << plural
+      << " " << ranks << ".";
+  response->kind = Response::Kind::kArgumentError;
+  response->error = msg.str();
+  return true;
+}
+
 Response Coordinator::DecideOne(const std::string& name, const Pending& pending) {
   Response response;
   int first = -1;
@@ -81,6 +111,7 @@ Response Coordinator::DecideOne(const std::string& name, const Pending& pending)
     if (pending.submitted[r] && pending.by_rank[r].out_of_place) response.request.out_of_place = true;
   }
 
+  if (FailedRequests(name, pending, &response)) return response;
   for (int r = first + 1; r < size_; ++r) {
     if (!pending.submitted[r]) continue;
     std::string field = SignatureDifference(pending.by_rank[first], pending.by_rank[r]);

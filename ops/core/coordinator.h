@@ -2,8 +2,10 @@
 //
 // It keeps every request that went through full negotiation in a table until all ranks have
 // submitted it (or joined), then checks that the ranks agree and issues one Response for it:
-// execute (with a cache slot for its signature) or an error that names the tensor, the field
-// and each rank's value. It also decides cache evictions, reports stalls, and completes join().
+// execute (with a cache slot for its signature), an error that names the tensor, the field
+// and each rank's value, or, when some rank sent it as a failed request, an error that names
+// the tensor, that rank and its message. It also decides cache evictions, reports stalls, and
+// completes join().
 #pragma once
 
 #include <chrono>
@@ -51,6 +53,9 @@ class Coordinator {
     bool warned = false;
   };
   Response DecideOne(const std::string& name, const Pending& pending);
+  // Turns `response` into the error of a name that some rank sent as a failed request (its
+  // own arguments were wrong); returns false when no rank did.
+  bool FailedRequests(const std::string& name, const Pending& pending, Response* response) const;
   int32_t AllocateSlot(ResponseList* list);
   std::string StallReport(const std::string& name, const Pending& pending, double seconds) const;
   // Whether rank r takes part in `request` (always, except for another set's requests).

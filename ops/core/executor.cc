@@ -100,6 +100,8 @@ Status Executor::Execute(std::vector<WorkItem*>& group, CollectiveResult* result
   WorkItem& first = *group.front();
   const Response& response = first.response;
   if (response.kind == Response::Kind::kError) return Status::Mismatch(response.error);
+  if (response.kind == Response::Kind::kArgumentError)
+    return Status::InvalidArgument(response.error);
   if (response.kind == Response::Kind::kJoinDone) {
     result->last_joined_rank = response.last_joined_rank;
     return Status::Ok();

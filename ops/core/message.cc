@@ -19,6 +19,7 @@ void PutRequest(WireWriter& w, const Request& r) {
   w.Put<int32_t>(r.device);
   w.Put<int32_t>(r.process_set);
   w.Put<uint8_t>(r.out_of_place ? 1 : 0);
+  w.PutString(r.error);
   w.Put<uint64_t>(r.shapes.size());
   for (const Shape& s : r.shapes) w.PutInts(s);
 }
@@ -29,7 +30,7 @@ bool GetRequest(WireReader& rd, Request* r) {
   if (!rd.Get(&r->rank) || !rd.GetString(&r->name) || !rd.Get(&op) || !rd.Get(&red) ||
       !rd.Get(&dt) || !rd.Get(&r->root_rank) || !rd.Get(&r->prescale) ||
       !rd.Get(&r->postscale) || !rd.Get(&r->device) || !rd.Get(&r->process_set) ||
-      !rd.Get(&out_of_place) ||
+      !rd.Get(&out_of_place) || !rd.GetString(&r->error) ||
       !rd.Get(&n) || n > (1u << 24))
     return false;
   r->out_of_place = out_of_place != 0;

@@ -1,8 +1,10 @@
 // Messages of the negotiation protocol (see controller.h for the protocol itself).
 //
-// A Request is what one rank asks for: "run collective <name> with this signature". A Response
-// is the coordinator's decision about one name, identical on every rank: execute it (and
-// remember its signature in cache slot k), or fail it with a message.
+// A Request is what one rank asks for: "run collective <name> with this signature", or, from a
+// rank whose own arguments for <name> were wrong, "<name> failed here with this message" (a
+// failed request, see controller.h). A Response is the coordinator's decision about one name,
+// identical on every rank: execute it (and remember its signature in cache slot k), or fail it
+// with a message.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,9 @@ struct Request {
   // input from a buffer other than its output. In a Response it is the OR over the ranks,
   // which lets the backend choose an algorithm suited to out-of-place calls (ReduceOptions).
   bool out_of_place = false;
+  // Non-empty: this rank could not run the collective (its own arguments were wrong) and says
+  // why; it submits no data, and the collective fails on every rank (controller.h).
+  std::string error;
 
   // Allgather and alltoall let the first dimension differ between ranks and calls; it is then
   // not part of what the ranks must agree on.
@@ -39,7 +44,10 @@ struct Request {
     return op_type == OpType::kAllgather || op_type == OpType::kAlltoall;
   }
   // Whether this request's signature may be remembered by the response cache.
-  bool Cacheable() const { return op_type != OpType::kBarrier && op_type != OpType::kJoin; }
+  // A failed request always goes through full negotiation, where the coordinator sees it.
+  bool Cacheable() const {
+    return op_type != OpType::kBarrier && op_type != OpType::kJoin && error.empty();
+  }
 };
 
 // Compares what ranks must agree on. Returns "" when a and b agree, otherwise the name of the
@@ -51,10 +59,12 @@ std::string DescribeField(const Request& r, const std::string& field,
                           const std::vector<int>& world_ranks);
 
 struct Response {
-  enum class Kind : uint8_t { kExecute = 0, kError = 1, kJoinDone = 2 };
+  // kError: the ranks disagree (Status::Mismatch on every rank); kArgumentError: some rank sent
+  // a failed request (Status::InvalidArgument on every rank).
+  enum class Kind : uint8_t { kExecute = 0, kError = 1, kJoinDone = 2, kArgumentError = 3 };
   Kind kind = Kind::kExecute;
   Request request;            // the agreed signature (from the lowest submitting rank)
-  std::string error;          // kError: the message every rank raises
+  std::string error;          // kError, kArgumentError: the message every rank raises
   int32_t cache_slot = -1;    // kExecute: remember the signature in this slot (-1: do not)
   int32_t last_joined_rank = -1;  // kJoinDone
   bool any_joined = false;    // kExecute: some rank has joined and contributes no data

@@ -8,7 +8,9 @@ absl::Status ToAbsl(const Status& status) {
     case Status::Code::kOk: return absl::OkStatus();
     case Status::Code::kInvalidArgument: return absl::InvalidArgumentError(status.message());
     case Status::Code::kFailedPrecondition: return absl::FailedPreconditionError(status.message());
-    case Status::Code::kMismatch: return absl::InvalidArgumentError(status.message());
+    // Ranks that disagree about a collective: FailedPrecondition, as in Horovod, whose users
+    // catch tf.errors.FailedPreconditionError for it.
+    case Status::Code::kMismatch: return absl::FailedPreconditionError(status.message());
     case Status::Code::kAborted: return absl::AbortedError(status.message());
     case Status::Code::kUnimplemented: return absl::UnimplementedError(status.message());
     case Status::Code::kInternal: return absl::InternalError(status.message());
@@ -93,19 +95,11 @@ void CollectiveKernel::ComputeAsync(tfw::OpKernelContext* context, DoneCallback 
   request.postscale = postscale_;
   request.root_rank = root_rank_;
   request.device = -1;
-  const int n = NumDataInputs(context);
-  for (int i = 0; i < n; ++i) {
-    const tfw::Tensor& t = context->input(i);
-    OP_REQUIRES_ASYNC(context, FromTfDtype(t.dtype(), &request.dtype),
-                      absl::InvalidArgumentError("kerashvd does not support dtype " +
-                                                 tfw::DataTypeString(t.dtype())),
-                      done);
-    request.shapes.push_back(FromTfShape(t.shape()));
-    entry.inputs.push_back(t.tensor_data().data());
-  }
-  OP_REQUIRES_OK_ASYNC(context, Validate(context, set, &entry), done);
-  OP_REQUIRES_OK_ASYNC(context, PrepareOutputs(context, &entry), done);
-  OP_REQUIRES_OK_ASYNC(context, BindDevice(context, &entry), done);
+  // A problem with this rank's own inputs or arguments: the other ranks may already wait in
+  // this collective, so it is submitted anyway, as a failed request, and fails on every rank
+  // (ops/core/controller.h).
+  absl::Status local = Prepare(context, set, &entry);
+  if (!local.ok()) MarkFailed(local, &entry);
 
   entry.done = [this, context, done](const Status& status, const CollectiveResult& result) {
     absl::Status s = ToAbsl(status);
@@ -115,6 +109,35 @@ void CollectiveKernel::ComputeAsync(tfw::OpKernelContext* context, DoneCallback 
   };
   Status submitted = engine->Submit(std::move(entry));
   OP_REQUIRES_OK_ASYNC(context, ToAbsl(submitted), done);
+}
+
+absl::Status CollectiveKernel::Prepare(tfw::OpKernelContext* context, const ProcessSetView& set,
+                                       TensorEntry* entry) {
+  Request& request = entry->request;
+  const int n = NumDataInputs(context);
+  for (int i = 0; i < n; ++i) {
+    const tfw::Tensor& t = context->input(i);
+    if (!FromTfDtype(t.dtype(), &request.dtype))
+      return absl::InvalidArgumentError("kerashvd does not support dtype " +
+                                        tfw::DataTypeString(t.dtype()));
+    request.shapes.push_back(FromTfShape(t.shape()));
+    entry->inputs.push_back(t.tensor_data().data());
+  }
+  TF_RETURN_IF_ERROR(Validate(context, set, entry));
+  TF_RETURN_IF_ERROR(PrepareOutputs(context, entry));
+  return BindDevice(context, entry);
+}
+
+void MarkFailed(const absl::Status& why, TensorEntry* entry) {
+  Request& request = entry->request;
+  request.error = std::string(why.message());
+  request.shapes.clear();
+  request.device = -1;
+  entry->inputs.clear();
+  entry->outputs.clear();
+  entry->splits.clear();
+  entry->allocate = nullptr;
+  entry->wait_inputs = nullptr;
 }
 
 absl::Status OutputsLikeInputs(tfw::OpKernelContext* context, TensorEntry* entry) {

@@ -50,6 +50,10 @@ class CollectiveKernel : public tfw::AsyncOpKernel {
     return absl::OkStatus();
   }
 
+  // Reads the data inputs into `entry`, validates them and prepares the outputs.
+  absl::Status Prepare(tfw::OpKernelContext* context, const ProcessSetView& set,
+                       TensorEntry* entry);
+
   OpType op_type_;
   std::string tensor_name_;
   ReduceOp reduce_op_ = ReduceOp::kSum;
@@ -59,6 +63,9 @@ class CollectiveKernel : public tfw::AsyncOpKernel {
   int process_set_ = 0;
 };
 
+// Turns `entry` into a failed request (ops/core/controller.h) carrying `why`: no data, and the
+// collective fails on every rank with a message naming this rank.
+void MarkFailed(const absl::Status& why, TensorEntry* entry);
 // Output i has the same shape as input i; reuses the input buffer when TF allows it.
 absl::Status OutputsLikeInputs(tfw::OpKernelContext* context, TensorEntry* entry);
 // Outputs are allocated by the engine once their shape is known.

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -63,6 +65,23 @@ class BroadcastKernel : public CollectiveKernel {
   }
 };
 
+// Entry i of alltoall's splits, which may be any of the op's Tsplits types.
+inline double SplitValue(const tfw::Tensor& splits, int i) {
+  switch (splits.dtype()) {
+    case tfw::DT_INT32: return splits.flat<int32_t>()(i);
+    case tfw::DT_FLOAT: return splits.flat<float>()(i);
+    case tfw::DT_DOUBLE: return splits.flat<double>()(i);
+    default: return static_cast<double>(splits.flat<int64_t>()(i));
+  }
+}
+
+inline std::string SplitsString(const std::vector<double>& values) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
+  return out.str() + "]";
+}
+
 class AlltoallKernel : public CollectiveKernel {
  public:
   explicit AlltoallKernel(tfw::OpKernelConstruction* c) : CollectiveKernel(c, OpType::kAlltoall) {}
@@ -92,13 +111,20 @@ class AlltoallKernel : public CollectiveKernel {
       return absl::InvalidArgumentError(
           "alltoall of '" + tensor_name_ + "': splits must be a vector with one entry per rank (" +
           std::to_string(size) + "); received shape " + splits.shape().DebugString());
-    auto values = splits.flat<int64_t>();
+    std::vector<double> values;  // exact for every integer a tensor's rows can count
+    for (int i = 0; i < size; ++i) values.push_back(SplitValue(splits, i));
     int64_t total = 0;
-    for (int i = 0; i < size; ++i) {
-      if (values(i) < 0)
-        return absl::InvalidArgumentError("alltoall of '" + tensor_name_ + "': splits must be >= 0");
-      entry->splits.push_back(values(i));
-      total += values(i);
+    for (double v : values) {
+      if (!(v == std::floor(v)) || std::fabs(v) > 9e15)
+        return absl::InvalidArgumentError("alltoall of '" + tensor_name_ +
+                                          "': splits must be whole numbers; received " +
+                                          SplitsString(values));
+      if (v < 0)
+        return absl::InvalidArgumentError("alltoall of '" + tensor_name_ +
+                                          "': splits must be >= 0; received " +
+                                          SplitsString(values));
+      entry->splits.push_back(static_cast<int64_t>(v));
+      total += static_cast<int64_t>(v);
     }
     if (total != rows)
       return absl::InvalidArgumentError(

@@ -186,8 +186,9 @@ def test_allreduce_indexed_slices(hvd):
     n = hvd.size()
     np.testing.assert_array_equal(averaged.values.numpy(), got.values.numpy() / n)
     np.testing.assert_array_equal(averaged.indices.numpy(), got.indices.numpy())
-    with pytest.raises(ValueError, match="op=Average or op=Sum"):
-        hvd.allreduce(slices, op=hvd.Max)
+    for op in (hvd.Max, hvd.Min, hvd.Product):
+        with pytest.raises(NotImplementedError, match="op=Average or op=Sum"):
+            hvd.allreduce(slices, op=op)
     expected_values = np.concatenate([np.full([q + 1, 2], q + 1.0, np.float32) for q in range(n)])
     expected_indices = np.concatenate([np.arange(q + 1) for q in range(n)])
     np.testing.assert_array_equal(got.values.numpy(), expected_values)
@@ -197,6 +198,58 @@ def test_allreduce_indexed_slices(hvd):
     for q in range(n):
         expected_dense[:q + 1] += q + 1.0
     np.testing.assert_array_equal(dense, expected_dense)
+
+
+def _slices_of(rank, dtype=tf.float32):
+    return tf.IndexedSlices(tf.fill([rank + 1, 2], tf.cast(rank + 1, dtype)),
+                            tf.range(rank + 1, dtype=tf.int64), dense_shape=tf.constant([8, 2], tf.int64))
+
+
+@pytest.mark.parametrize("op", ["Sum", "Average"])
+def test_grouped_allreduce_of_dense_tensors_and_indexed_slices(hvd, op):
+    """A mixed list: dense tensors are reduced (fused), IndexedSlices allgathered (values and
+    indices), in the list's order; Average divides the gathered values by the set's size;
+    prescale and postscale multiply them."""
+    n, r = hvd.size(), hvd.rank()
+    dense = [tf.constant([float(r), 1.0]), tf.fill([3], float(r + 1))]
+    mixed = [dense[0], _slices_of(r), dense[1], _slices_of(r, tf.float64)]
+    got = hvd.grouped_allreduce(mixed, op=getattr(hvd, op), prescale_factor=2.0,
+                                postscale_factor=0.5, name=f"grouped.slices/{op}")
+    assert [type(g).__name__ for g in got] == ["EagerTensor", "IndexedSlices", "EagerTensor",
+                                               "IndexedSlices"]
+    scale = 1.0 / n if op == "Average" else 1.0
+    np.testing.assert_allclose(got[0].numpy(), np.array([n * (n - 1) / 2, n]) * scale)
+    np.testing.assert_allclose(got[2].numpy(), np.full([3], n * (n + 1) / 2) * scale)
+    for g, dtype in ((got[1], np.float32), (got[3], np.float64)):
+        assert g.values.dtype == dtype
+        expected_values = np.concatenate([np.full([q + 1, 2], q + 1.0) for q in range(n)]) * scale
+        np.testing.assert_allclose(g.values.numpy(), expected_values)
+        np.testing.assert_array_equal(g.indices.numpy(), np.concatenate([np.arange(q + 1) for q in range(n)]))
+        np.testing.assert_array_equal(g.dense_shape.numpy(), [8, 2])
+    only_slices = hvd.grouped_allreduce([_slices_of(r)], op=getattr(hvd, op),
+                                        name=f"grouped.slices.only/{op}")
+    np.testing.assert_allclose(only_slices[0].values.numpy(), got[1].values.numpy())
+
+
+def test_grouped_allreduce_of_indexed_slices_in_tf_function_and_bad_ops(hvd):
+    n, r = hvd.size(), hvd.rank()
+
+    @tf.function
+    def reduce(values):
+        slices = tf.IndexedSlices(values, tf.range(tf.shape(values)[0], dtype=tf.int32),
+                                  dense_shape=tf.constant([8, 2], tf.int32))
+        out = hvd.grouped_allreduce([slices, tf.ones([2])], op=hvd.Sum, name="grouped.slices.fn")
+        return tf.convert_to_tensor(out[0]), out[1]
+
+    dense_of_slices, reduced = reduce(tf.fill([r + 1, 2], 1.0))
+    expected = np.zeros([8, 2], np.float32)
+    for q in range(n):
+        expected[:q + 1] += 1.0
+    np.testing.assert_array_equal(dense_of_slices.numpy(), expected)
+    np.testing.assert_array_equal(reduced.numpy(), [n, n])
+    for op in (hvd.Max, hvd.Min, hvd.Product):
+        with pytest.raises(NotImplementedError, match="tf.IndexedSlices"):
+            hvd.grouped_allreduce([tf.ones([2]), _slices_of(r)], op=op, name="grouped.slices.max")
 
 
 # --- inside tf.function ---------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Ranks that disagree, and wrong arguments.
 
 A mismatch (shape, dtype, op, scale, root rank, ... differing between ranks) must fail with
-tf.errors.InvalidArgumentError on EVERY rank, naming the tensor, the field and each rank's
+tf.errors.FailedPreconditionError (as in Horovod) on EVERY rank, naming the tensor, the field and each rank's
 value, and the job must go on afterwards. Wrong arguments fail locally, before any collective.
 Mismatches need two ranks; at size 1 those tests are skipped (on every rank alike).
 """
@@ -20,7 +20,7 @@ multi_rank = pytest.mark.skipif(WORLD == 1, reason="a mismatch needs at least tw
 
 def _mismatch_message(fn):
     """Runs ``fn`` (a collective that must mismatch) and returns the error text on this rank."""
-    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+    with pytest.raises(tf.errors.FailedPreconditionError) as info:
         fn()
     return str(info.value)
 
