@@ -1,18 +1,44 @@
 """Gradients of the collectives, registered where the ops are defined.
 
-Each gradient is itself a collective in the forward op's process set, keyed by the forward
-op's name plus ``.grad`` so every rank's backward pass matches up:
-- allreduce: the same reduction of the incoming gradient (Sum stays Sum, Average stays Average).
-- allgather: the summed gradient's slice that came from this rank.
-- broadcast: the summed gradient on the root, zeros elsewhere.
-- reducescatter: the allgathered gradient (divided by size for Average).
-- alltoall: the gradient sent back along the received splits.
+The definitions are Horovod's (horovod/tensorflow/mpi_ops.py), so that scripts written for
+Horovod train the same way. Each gradient is itself a collective in the forward op's process
+set (n members), keyed by the forward op's name plus ``.grad`` so every rank's backward pass
+matches up. With g the incoming gradient of this rank:
+- allreduce: the same reduction of g, with the same scale factors (Sum stays Sum, Average
+  stays Average): the gradient of the sum of the ranks' losses.
+- allgather: the Average allreduce of g, then the rows this rank contributed: the gradient of
+  the mean of the ranks' losses (1/n times that of their sum).
+- broadcast: the Average allreduce of g on the root, zeros on the other ranks: again the
+  gradient of the mean of the ranks' losses.
+- reducescatter: the allgather of g, times n for op=Sum (times 1 for op=Average), times
+  prescale_factor * postscale_factor: n times the gradient of the sum of the ranks' losses
+  (Horovod's scaling, kept for compatibility).
+- alltoall: g sent back along the received splits: the gradient of the sum of the losses.
+Grouped variants are the same per tensor.
+
+Code that needs the gradient of the sum of the ranks' losses through an allgather (layers
+that gather statistics, such as SyncBatchNormalization) multiplies it back with
+:func:`scale_gradient`.
 """
 
 import tensorflow as tf
 
 from ._ops import OPS
 from .reduce_ops import Average, Sum
+
+
+def scale_gradient(tensor, factor):
+    """Returns ``tensor`` unchanged; its gradient is multiplied by ``factor`` on the way back.
+
+    ``scale_gradient(allgather(x), size())`` gives ``x`` the gradient of the sum of the ranks'
+    losses (an allgather's gradient averages over the ranks, as in Horovod).
+    """
+
+    @tf.custom_gradient
+    def identity(x):
+        return tf.identity(x), lambda dy: dy * tf.cast(factor, dy.dtype)
+
+    return identity(tensor)
 
 
 def _name(op):
@@ -41,34 +67,34 @@ def _grouped_allreduce_grad(op, *grads):
                                           **_scales(op))
 
 
-def _own_rows(op, summed, first_dims):
+def _own_rows(op, reduced, first_dims):
     from .process_sets import set_rank, set_size
     # num= because the number of ranks is not known from first_dims' shape inside tf.function.
-    return tf.split(summed, first_dims, num=set_size(_set(op)), axis=0)[set_rank(_set(op))]
+    return tf.split(reduced, first_dims, num=set_size(_set(op)), axis=0)[set_rank(_set(op))]
 
 
 @tf.RegisterGradient("KerashvdAllgather")
 def _allgather_grad(op, grad):
     name, ps = _name(op), _set(op)
-    summed = OPS.kerashvd_allreduce(grad, reduce_op=Sum, tensor_name=name, process_set_id=ps)
+    averaged = OPS.kerashvd_allreduce(grad, reduce_op=Average, tensor_name=name, process_set_id=ps)
     dims = OPS.kerashvd_allgather(tf.shape(op.inputs[0], out_type=tf.int64)[:1],
                                   tensor_name=name + ".dims", process_set_id=ps)
-    return _own_rows(op, summed, dims)
+    return _own_rows(op, averaged, dims)
 
 
 @tf.RegisterGradient("KerashvdGroupedAllgather")
 def _grouped_allgather_grad(op, *grads):
     name, ps = _name(op), _set(op)
-    summed = OPS.kerashvd_grouped_allreduce(list(grads), reduce_op=Sum, tensor_name=name,
-                                            process_set_id=ps)
+    averaged = OPS.kerashvd_grouped_allreduce(list(grads), reduce_op=Average, tensor_name=name,
+                                              process_set_id=ps)
     dims = OPS.kerashvd_grouped_allgather(
         [tf.shape(x, out_type=tf.int64)[:1] for x in op.inputs], tensor_name=name + ".dims",
         process_set_id=ps)
-    return [_own_rows(op, s, d) for s, d in zip(summed, dims)]
+    return [_own_rows(op, a, d) for a, d in zip(averaged, dims)]
 
 
-def _on_root_only(op, summed):
-    """The root keeps the summed gradient; other ranks get zeros that still depend on it.
+def _on_root_only(op, averaged):
+    """The root keeps the averaged gradient; other ranks get zeros that still depend on it.
 
     The zeros must be computed from the allreduce's output: with tf.zeros_like the allreduce
     would be pruned from the graph on non-root ranks inside tf.function, and the root would
@@ -77,31 +103,31 @@ def _on_root_only(op, summed):
     """
     from .runtime import rank
     if rank() == op.get_attr("root_rank"):
-        return summed
-    zero = lambda s: s * tf.constant(0, s.dtype)  # noqa: E731
-    return [zero(s) for s in summed] if isinstance(summed, list) else zero(summed)
+        return averaged
+    zero = lambda a: a * tf.constant(0, a.dtype)  # noqa: E731
+    return [zero(a) for a in averaged] if isinstance(averaged, list) else zero(averaged)
 
 
 @tf.RegisterGradient("KerashvdBroadcast")
 def _broadcast_grad(op, grad):
-    return _on_root_only(op, OPS.kerashvd_allreduce(grad, reduce_op=Sum, tensor_name=_name(op),
+    return _on_root_only(op, OPS.kerashvd_allreduce(grad, reduce_op=Average, tensor_name=_name(op),
                                                     process_set_id=_set(op)))
 
 
 @tf.RegisterGradient("KerashvdGroupedBroadcast")
 def _grouped_broadcast_grad(op, *grads):
-    summed = OPS.kerashvd_grouped_allreduce(list(grads), reduce_op=Sum, tensor_name=_name(op),
-                                            process_set_id=_set(op))
-    return _on_root_only(op, list(summed))
+    averaged = OPS.kerashvd_grouped_allreduce(list(grads), reduce_op=Average,
+                                              tensor_name=_name(op), process_set_id=_set(op))
+    return _on_root_only(op, list(averaged))
 
 
 def _scatter_grad(op, grads):
     from .process_sets import set_size
     gathered = OPS.kerashvd_grouped_allgather(list(grads), tensor_name=_name(op),
                                               process_set_id=_set(op))
-    if op.get_attr("reduce_op") == Average:
-        gathered = [g / tf.cast(set_size(_set(op)), g.dtype) for g in gathered]
     scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
+    if op.get_attr("reduce_op") == Sum:
+        scale *= set_size(_set(op))
     if scale != 1.0:
         gathered = [g * tf.cast(scale, g.dtype) for g in gathered]
     return gathered

@@ -14,9 +14,10 @@ next to the spread (raw pixel values, activations with an offset), and it weight
 its number of samples. Horovod's ``SyncBatchNormalization`` averages per-rank means with equal
 weights, which is wrong when the ranks' batches differ in size (the last batch of an epoch).
 
-The gradient flows through the allgather (its gradient sums the incoming gradients over ranks
-and returns this rank's slice), so each rank's backward pass accounts for the effect of its
-samples on every rank's normalized outputs, as one process with the global batch would.
+The gradient flows through the allgather, summed over the ranks (``scale_gradient`` undoes
+the allgather gradient's Horovod-style average), so each rank's backward pass accounts for the
+effect of its samples on every rank's normalized outputs, as one process with the global batch
+would.
 """
 
 import weakref
@@ -24,6 +25,7 @@ import weakref
 import tensorflow as tf
 
 from . import collectives
+from .gradients import scale_gradient
 from .keras_compat import KERAS_NAME, USES_TF_KERAS, keras
 from .runtime import size
 
@@ -75,7 +77,8 @@ def global_moments(inputs, axes, keepdims=False, mask=None, name="moments"):
     m2 = tf.reduce_sum(squares if mask is None else squares * _weights(mask, x), axes,
                        keepdims=True)
     stats = tf.stack([tf.reshape(count, [-1]), tf.reshape(mean, [-1]), tf.reshape(m2, [-1])])
-    gathered = stats[None] if size() == 1 else collectives.allgather(stats[None], name=name)
+    gathered = stats[None] if size() == 1 else scale_gradient(
+        collectives.allgather(stats[None], name=name), size())
     counts, means, m2s = gathered[:, 0], gathered[:, 1], gathered[:, 2]
     n = tf.reduce_sum(counts, 0)
     g_mean = tf.math.divide_no_nan(tf.reduce_sum(counts * means, 0), n)

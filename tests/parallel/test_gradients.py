@@ -1,10 +1,15 @@
-"""Gradients of the collectives, checked numerically.
+"""Gradients of the collectives, checked numerically against Horovod's definitions.
 
-Each rank r computes loss_r = sum(w_r * C(x)_r) with its own weights w_r, and the gradient the
-tape gives for x_r must be the gradient of the job's total loss sum_q loss_q with respect to
-x_r (the math in kerashvd/gradients.py). The expected value does not use those formulas: it
-is a finite difference of a numpy model of the collective C, which is linear, so a unit step
-gives the exact derivative.
+Each rank r computes loss_r = sum(w_r * C(x)_r) with its own weights w_r. For every collective
+the gradient the tape gives for x_r is a fixed multiple of the gradient of the job's total
+loss sum_q loss_q with respect to x_r (kerashvd/gradients.py, which follows Horovod):
+- allreduce and alltoall: exactly that gradient (factor 1);
+- allgather and broadcast: the gradient of the ranks' mean loss (factor 1 / size): the
+  incoming gradients are averaged over the process set;
+- reducescatter: size times that gradient (Horovod scales the allgathered gradient by the set
+  size for op=Sum and leaves it as it is for op=Average, whose forward divides by size).
+The total-loss gradient does not use those formulas: it is a finite difference of a numpy
+model of the collective C, which is linear, so a unit step gives the exact derivative.
 """
 
 import numpy as np
@@ -90,6 +95,15 @@ CASES = {
 }
 
 
+# Horovod's gradient of each collective over the total-loss gradient, at n ranks (module doc).
+def _horovod_factor(case, n):
+    if case.startswith(("allgather", "grouped_allgather", "broadcast", "grouped_broadcast")):
+        return 1.0 / n
+    if case.startswith(("reducescatter", "grouped_reducescatter")):
+        return float(n)
+    return 1.0
+
+
 def _problem(case, dtype, n):
     """Every rank's inputs and weights for ``case``."""
     shapes, _, model = CASES[case]
@@ -101,7 +115,8 @@ def _problem(case, dtype, n):
 
 
 def _expected_grads(case, xs, ws, r, n):
-    """d(sum_q <w_q, C(x)_q>)/dx_r by unit steps through the numpy model (C is linear)."""
+    """Horovod's gradient for x_r: d(sum_q <w_q, C(x)_q>)/dx_r by unit steps through the numpy
+    model (C is linear), times the case's factor."""
     _, _, model = CASES[case]
     zeros = [[np.zeros(np.shape(x), np.float64) for x in rank_xs] for rank_xs in xs]
     grads = []
@@ -112,7 +127,7 @@ def _expected_grads(case, xs, ws, r, n):
             step[r][i][e] = 1.0
             outs = model(step, n)
             g[e] = sum(np.sum(np.asarray(w, np.float64) * y) for q in range(n) for w, y in zip(ws[q], outs[q]))
-        grads.append(g)
+        grads.append(g * _horovod_factor(case, n))
     return grads
 
 

@@ -180,22 +180,35 @@ def test_overlapping_sets_run_concurrently_in_one_step(hvd, sets):
 
 @pytest.mark.skipif(WORLD < 2, reason="a proper subset needs at least two ranks")
 def test_gradients_stay_in_the_set(hvd, sets):
+    """Gradients run in the forward op's set and follow Horovod's definitions there
+    (kerashvd/gradients.py): every member computes the same loss of the collective's output."""
     for name, ps in _member_sets(sets):
+        k, me = ps.size(), ps.rank()
         x = tf.constant([1.0, 2.0]) * (hvd.rank() + 1)
+        y = tf.tile(x, [k])
+        root = ps.ranks[-1]
         with tf.GradientTape(persistent=True) as tape:
-            tape.watch(x)
+            tape.watch([x, y])
             reduced = hvd.allreduce(x, op=hvd.Sum, process_set=ps, name=f"ps.grad.ar/{name}")
             gathered = hvd.allgather(x, process_set=ps, name=f"ps.grad.ag/{name}")
+            sent = hvd.broadcast(x, root_rank=root, process_set=ps, name=f"ps.grad.bc/{name}")
+            scattered = hvd.reducescatter(y, op=hvd.Sum, process_set=ps,
+                                          name=f"ps.grad.rs/{name}")
             loss_a = tf.reduce_sum(reduced * reduced)
-            loss_g = tf.reduce_sum(gathered * tf.range(2 * ps.size(), dtype=tf.float32))
-        # d/dx of sum((sum_r x_r)^2) is 2 * sum_r x_r, summed again over the members.
+            loss_g = tf.reduce_sum(gathered * tf.range(2 * k, dtype=tf.float32))
+            loss_b = tf.reduce_sum(sent * [3.0, 5.0])
+            loss_s = tf.reduce_sum(scattered * [7.0, 11.0])
+        # allreduce: d/dx of sum((sum_r x_r)^2) is 2 * sum_r x_r, summed again over the members.
         total = np.array([1.0, 2.0]) * sum(r + 1 for r in ps.ranks)
-        np.testing.assert_allclose(tape.gradient(loss_a, x).numpy(), 2 * total * ps.size())
-        # Each member's rows of the gathered tensor carry weights 2*me and 2*me + 1, and the
-        # gradient is summed over the members (each computed the same loss).
-        me = ps.rank()
-        np.testing.assert_allclose(tape.gradient(loss_g, x).numpy(),
-                                   [2 * me * ps.size(), (2 * me + 1) * ps.size()])
+        np.testing.assert_allclose(tape.gradient(loss_a, x).numpy(), 2 * total * k)
+        # allgather: this member's rows carry weights 2*me and 2*me + 1 in every member's loss;
+        # the incoming gradients are averaged over the set.
+        np.testing.assert_allclose(tape.gradient(loss_g, x).numpy(), [2 * me, 2 * me + 1])
+        # broadcast: the averaged gradient on the root, zeros on the other members.
+        np.testing.assert_allclose(tape.gradient(loss_b, x).numpy(),
+                                   [3.0, 5.0] if hvd.rank() == root else [0.0, 0.0])
+        # reducescatter (Sum): the allgathered gradient times the set's size.
+        np.testing.assert_allclose(tape.gradient(loss_s, y).numpy(), np.tile([7.0, 11.0], k) * k)
 
 
 @pytest.mark.skipif(WORLD < 2, reason="a proper subset needs at least two ranks")
@@ -292,7 +305,7 @@ def test_mismatch_in_a_set_names_world_ranks(hvd, sets):
     ps = sets["odds"]  # world ranks 1 and 3
     if not ps.included():
         return
-    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+    with pytest.raises(tf.errors.FailedPreconditionError) as info:
         hvd.allreduce(tf.ones([hvd.rank()]), name="ps.mismatch", process_set=ps)
     message = str(info.value)
     assert "rank 1 [1]" in message and "rank 3 [3]" in message, message
