@@ -44,8 +44,11 @@ SETTINGS = {
         "KERASHVD_STALL_SHUTDOWN_TIME", "stall_shutdown_seconds", 1, 0,
         "seconds before a stalled collective fails on every rank (default 0: never)"),
     "peer_timeout_seconds": _Setting(
-        "KERASHVD_PEER_TIMEOUT", "peer_timeout_seconds", 1, 0,
-        "seconds without an answer from other ranks before they count as dead (default 30)"),
+        "KERASHVD_PEER_TIMEOUT", "peer_timeout_seconds", 1, 2,
+        "seconds without a heartbeat from a rank before it counts as frozen, which fails every "
+        "rank's collectives naming it (default 30). Ranks send heartbeats every second, so it "
+        "must be >= 2; dead-rank detection cannot be turned off (0 is refused): to pause a rank "
+        "in a debugger, set a large value such as 86400"),
     "huge_pages": _Setting(
         "KERASHVD_HUGE_PAGES", "huge_pages", 1, 0,
         "1 (default): back large CPU buffers of collectives with transparent huge pages, which "

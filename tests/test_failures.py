@@ -316,6 +316,68 @@ def test_frozen_rank_is_reported_after_the_peer_timeout(job_dir, launcher):
           f"{'rank 1 had to be SIGKILLed by hand' if needed_kill else 'the launcher ended rank 1'}")
 
 
+FREEZE_RANK_0 = textwrap.dedent("""
+    import os, signal, sys, time
+    import tensorflow as tf
+    import kerashvd as hvd
+
+    state, where = sys.argv[1], sys.argv[2]
+    hvd.init()
+    hvd.allreduce(tf.ones([2]), name="up")  # every rank is up and connected
+    if hvd.rank() == 0:
+        with open(os.path.join(state, "pid.0"), "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(2.0)  # the others wait for rank 0 for 2 s before it freezes
+        with open(os.path.join(state, "failed_at"), "w") as f:
+            f.write(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGSTOP)
+    try:
+        if where == "collective":
+            hvd.allreduce(tf.ones([2]), name="never_completes")
+        else:
+            hvd.add_process_set([0, 1])
+    except Exception as err:
+        line = f"RANK {hvd.rank()} ERROR {time.time():.6f} {type(err).__name__}: {err}"
+        with open(os.path.join(state, f"error.{hvd.rank()}"), "w") as f:
+            f.write(line)
+""")
+
+
+@pytest.mark.parametrize("where", ["collective", "add_process_set"])
+def test_frozen_rank_0_is_named_by_every_other_rank(job_dir, where):
+    """Rank 0 SIGSTOPs itself while ranks 1 and 2 wait for it (KERASHVD_PEER_TIMEOUT=3).
+
+    Both survivors must name rank 0 from its missing heartbeats, within the peer timeout of
+    the freeze, also where their wait began before the freeze (a process-set registration),
+    whose own timeout used to end it first with an error that named no rank.
+    """
+    timeout = 3
+    cmd = [mpiexec_path(), "-n", "3", sys.executable, "-c", FREEZE_RANK_0, job_dir, where]
+    proc = subprocess.Popen(cmd, env=_env(KERASHVD_PEER_TIMEOUT=timeout), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while _read(job_dir, "error.1") is None or _read(job_dir, "error.2") is None:
+            assert proc.poll() is None, proc.communicate()[0][-5000:]
+            assert time.monotonic() < deadline, "the survivors never reported rank 0"
+            time.sleep(0.2)
+        _kill_all([int(_read(job_dir, "pid.0"))])
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    failed_at = float(_read(job_dir, "failed_at"))
+    for rank in (1, 2):
+        line = _read(job_dir, f"error.{rank}")
+        assert (f"kerashvd rank {rank}: rank 0 stopped responding (no heartbeat for {timeout} s)"
+                in line), line
+        seconds = float(line.split()[3]) - failed_at
+        # Heartbeats come every second: the silence starts at most 1 s before the freeze.
+        assert timeout - 1.5 < seconds < timeout + 1.5, f"rank {rank} reported after {seconds:.2f} s"
+    _assert_nothing_left(job_dir)
+
+
 # ---------------------------------------------------------------------- the timeline
 
 

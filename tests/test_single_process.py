@@ -179,6 +179,8 @@ def test_bad_values_of_known_settings_make_init_raise():
             ("KERASHVD_FUSION_THRESHOLD", "-inf"), ("KERASHVD_HUGE_PAGES", "-1"),
             ("KERASHVD_HUGE_PAGES", "yes"), ("KERASHVD_TF_THREAD_SPINNING", "yes"),
             ("KERASHVD_TF_THREAD_SPINNING", "2"),
+            # Dead-rank detection cannot be switched off, and needs more than a heartbeat (1 s).
+            ("KERASHVD_PEER_TIMEOUT", "0"), ("KERASHVD_PEER_TIMEOUT", "1.5"),
         ]
         for variable, value in bad_variables:
             os.environ[variable] = value
@@ -194,7 +196,8 @@ def test_bad_values_of_known_settings_make_init_raise():
 
         for settings, named in [({"fusion_threshold_bytes": -1}, "fusion_threshold_bytes"),
                                 ({"cycle_time_ms": 0}, "cycle_time_ms"), ({"bogus": 1}, "bogus"),
-                                ({"cycle_time_ms": float("nan")}, "cycle_time_ms")]:
+                                ({"cycle_time_ms": float("nan")}, "cycle_time_ms"),
+                                ({"peer_timeout_seconds": 0}, "cannot be turned off")]:
             try:
                 hvd.init(**settings)
             except ValueError as err:
@@ -206,6 +209,7 @@ def test_bad_values_of_known_settings_make_init_raise():
         os.environ["KERASHVD_CYCLE_TIME"] = "2.5"  # good values still work
         os.environ["KERASHVD_FUSION_THRESHOLD"] = "0"
         os.environ["KERASHVD_HUGE_PAGES"] = "0"
+        os.environ["KERASHVD_PEER_TIMEOUT"] = "2"
         hvd.init()
         assert hvd.size() == 1
         print("DONE")

@@ -33,7 +33,7 @@ Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
     KERASHVD_RETURN_IF_ERROR(e->StartTimeline(config.timeline_path, config.timeline_max_bytes));
   const bool single_host = e->mpi_->local_size() == e->mpi_->size();
   e->monitor_ = std::make_unique<PeerMonitor>(
-      e->world_->control(), config.peer_timeout_seconds, single_host,
+      e->world_->control(), config.peer_timeout_seconds, single_host, &e->abort_,
       [e](int rank, const std::string& what) { e->OnPeerFailure(rank, what); });
   KERASHVD_RETURN_IF_ERROR(e->monitor_->Start());
   e->world_->Start();

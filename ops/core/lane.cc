@@ -6,6 +6,7 @@
 #include "backend/mpi/mpi_backend.h"
 #include "backend/mpi/mpi_control_plane.h"
 #include "fusion.h"
+#include "peer_monitor.h"
 
 namespace kerashvd {
 
@@ -19,7 +20,8 @@ Lane::Lane(int id, const MpiContext* comm, std::vector<int> world_ranks, const C
       timeline_(timeline),
       huge_pages_(config.huge_pages),
       host_memory_(config.huge_pages) {
-  control_ = std::make_unique<MpiControlPlane>(comm_, config.peer_timeout_seconds, abort_);
+  control_ = std::make_unique<MpiControlPlane>(comm_, BackstopTimeout(config.peer_timeout_seconds),
+                                               abort_);
   backend_ = std::make_unique<MpiBackend>(comm_, abort_, &huge_pages_);
   control_->set_idler([this](std::chrono::microseconds nap) {
     // With a collective pending here, the peers are expected soon: nap briefly, so that the

@@ -51,9 +51,9 @@ bool ReadExact(int fd, void* data, size_t bytes) {
 }  // namespace
 
 PeerMonitor::PeerMonitor(ControlPlane* control, double peer_timeout_seconds, bool single_host,
-                         FailureCallback on_failure)
+                         AbortFlag* abort, FailureCallback on_failure)
     : control_(control), timeout_seconds_(peer_timeout_seconds), single_host_(single_host),
-      on_failure_(std::move(on_failure)) {}
+      abort_(abort), on_failure_(std::move(on_failure)) {}
 
 Status PeerMonitor::Start() {
   const int rank = control_->rank(), size = control_->size();
@@ -145,9 +145,10 @@ void PeerMonitor::Loop() {
   const size_t n = fds_.size();
   std::vector<Clock::time_point> last_heard(n, Clock::now());
   std::vector<bool> gone(n, false);  // said goodbye, or already reported
-  auto last_beat = Clock::now() - std::chrono::seconds(1);
+  const auto beat = std::chrono::duration<double>(kHeartbeatSeconds);
+  auto last_beat = Clock::now() - std::chrono::duration_cast<Clock::duration>(beat);
   while (!stop_) {
-    if (Clock::now() - last_beat >= std::chrono::seconds(1)) {
+    if (Clock::now() - last_beat >= beat) {
       for (int fd : fds_) Send(fd, kHeartbeat, control_->rank());
       last_beat = Clock::now();
     }
@@ -163,6 +164,7 @@ void PeerMonitor::Loop() {
       continue;
     }
     ::poll(polled.data(), polled.size(), 100);
+    bool silent = false;
     for (size_t k = 0; k < polled.size(); ++k) {
       const size_t i = index[k];
       const int peer = peer_ranks_[i];
@@ -179,14 +181,18 @@ void PeerMonitor::Loop() {
         if (message[0] == kGoodbye) gone[i] = true;
         if (message[0] == kFailed && !stop_)
           Fail(value, "exited, was killed or stopped responding (reported by rank 0)");
-      } else if (timeout_seconds_ > 0 &&
-                 std::chrono::duration<double>(Clock::now() - last_heard[i]).count() > timeout_seconds_) {
-        gone[i] = true;
-        std::ostringstream what;
-        what << "stopped responding (no heartbeat for " << timeout_seconds_ << " s)";
-        if (!stop_) Fail(peer, what.str());
+      } else {
+        const double quiet = std::chrono::duration<double>(Clock::now() - last_heard[i]).count();
+        silent = silent || quiet > kSuspectSeconds;
+        if (timeout_seconds_ > 0 && quiet > timeout_seconds_) {
+          gone[i] = true;
+          std::ostringstream what;
+          what << "stopped responding (no heartbeat for " << timeout_seconds_ << " s)";
+          if (!stop_) Fail(peer, what.str());
+        }
       }
     }
+    if (abort_) abort_->SetSuspicion(silent);
   }
 }
 

@@ -67,7 +67,7 @@ Status Engine::ExchangeRegistration(const std::vector<uint64_t>& request, const 
                                            MPI_UINT64_T, registry_comm_, &pending),
                             "MPI_Iallgather");
   WaitPolicy policy;
-  policy.timeout_seconds = config_.peer_timeout_seconds;
+  policy.timeout_seconds = BackstopTimeout(config_.peer_timeout_seconds);
   policy.first_nap = std::chrono::microseconds(100);
   policy.max_nap = std::chrono::microseconds(10000);
   if (status.ok()) status = MpiWait(&pending, what, &abort_, policy, mpi_->rank());
@@ -77,6 +77,8 @@ Status Engine::ExchangeRegistration(const std::vector<uint64_t>& request, const 
       "kerashvd cannot register or remove process sets any more: an earlier " +
       std::string(what) + " failed on rank " + std::to_string(mpi_->rank()) + ": " +
       status.message());
+  if (abort_.is_set())  // a peer died or froze, and the monitor named it
+    return Status::Aborted(std::string(what) + " failed: " + status.message());
   return Status::Aborted(std::string(what) + " failed: every rank must call it with the "
                          "same arguments and in the same order. " + status.message());
 }

@@ -34,7 +34,8 @@ Status MpiWait(MPI_Request* request, const char* what, const AbortFlag* abort,
       std::this_thread::yield();
       continue;
     }
-    if (policy.timeout_seconds > 0 &&
+    // A peer that missed its heartbeats gets the monitor's verdict (which names it) first.
+    if (policy.timeout_seconds > 0 && !(abort && abort->suspicion()) &&
         now - start > std::chrono::duration<double>(policy.timeout_seconds)) {
       std::ostringstream msg;
       msg << "kerashvd rank " << rank << ": no answer from the other ranks for "

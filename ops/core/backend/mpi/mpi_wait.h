@@ -21,7 +21,8 @@ struct WaitPolicy {
   std::chrono::microseconds spin{200};
   std::chrono::microseconds first_nap{10};
   std::chrono::microseconds max_nap{1000};
-  double timeout_seconds = 0;   // 0: no timeout
+  // 0: no timeout. Not applied while the AbortFlag carries the peer monitor's suspicion.
+  double timeout_seconds = 0;
   const Idler* idler = nullptr;
 };
 
