@@ -41,6 +41,12 @@ _find_installed_files()
 # keep TensorFlow's default.
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
+# TensorFlow's C++ INFO lines (CPU features, devices created) are left out unless asked for:
+# TF_CPP_MIN_LOG_LEVEL=0 shows them, and also the startup notices that kerashvdrun and
+# kerashvd.run leave out of every rank's output (kerashvd/launcher/_supervisor.py). Only takes
+# effect if set before TensorFlow is imported; kerashvdrun passes it on to the ranks.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
 from . import _loader  # noqa: E402
 
 _loader.preload_mpi()

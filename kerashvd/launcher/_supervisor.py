@@ -17,7 +17,10 @@ Protocol, per rank:
    by the supervisor (hydra forwards the launcher's signals) are passed on to the child; once
    the child has ended they are ignored, because a supervisor killed by a late SIGTERM while
    exiting makes hydra SIGKILL the other ranks and print its "BAD TERMINATION" banner.
-2. With --prefix-output, copy the child's stdout and stderr line by line with "[rank] ".
+2. Copy the child's stderr line by line, leaving out TensorFlow's startup notices (see
+   _is_tf_notice: lines TensorFlow writes at import and device setup before it reads
+   TF_CPP_MIN_LOG_LEVEL, the same on every rank) unless TF_CPP_MIN_LOG_LEVEL is 0. With
+   --prefix-output, copy stdout and stderr with "[rank] " before every line.
 3. With --report, hold a connection to the launcher ("TOKEN RANK watch", see reports.py)
    while the child runs. It closes when the launcher process ends, however it ends (SIGKILL,
    a notebook kernel that dies): the supervisor then stops the child as the launcher would
@@ -31,6 +34,8 @@ Protocol, per rank:
 
 import ctypes
 import os
+import re
+import select
 import signal
 import socket
 import subprocess
@@ -93,22 +98,73 @@ def _write_all(fd, data):
         data = data[written:]
 
 
-def _copy_prefixed(source, fd, prefix):
-    """Copies lines from the pipe ``source`` to ``fd``, each starting with ``prefix``."""
-    pending = b""
+# TensorFlow's startup notices: harmless, printed by every rank, and mostly written before
+# TensorFlow reads TF_CPP_MIN_LOG_LEVEL (absl logs to stderr until it is initialized), so that
+# setting it cannot hide them. Matched by source file and message start, nothing broader.
+_TF_LOG_LINE = re.compile(
+    rb"(?:[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ |\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] )"
+    rb"(?:\S*/)?(\w+)\.cc:\d+\] (.*)")
+_NO_DRIVER = re.compile(rb"failed call to cuInit: .*\(303\)")  # no CUDA driver installed
+_TF_NOTICES = {
+    b"cudart_stub": re.compile(rb"Could not find cuda drivers on your machine"),
+    b"cuda_platform": _NO_DRIVER,
+    b"cuda_driver": _NO_DRIVER,
+    b"cpu_feature_guard": re.compile(rb"This TensorFlow binary is optimized to use"),
+    b"port": re.compile(rb"oneDNN custom operations are on"),
+    b"cuda_dnn": re.compile(rb"Unable to register cuDNN factory"),
+    b"cuda_fft": re.compile(rb"Unable to register cuFFT factory"),
+    b"cuda_blas": re.compile(rb"Unable to register cuBLAS factory"),
+    b"computation_placer": re.compile(rb"computation placer already registered"),
+}
+_OTHER_TF_NOTICES = re.compile(
+    rb"WARNING: All log messages before absl::InitializeLog\(\) is called are written to "
+    rb"STDERR|To enable the following instructions: .* rebuild TensorFlow with the "
+    rb"appropriate compiler flags\.")
+_SEGMENT = re.compile(rb"[^\r\n]*(?:\r\n|\n|\r)")
+_PARTIAL_LINE_WAIT = 0.1  # seconds before an unfinished line (a progress bar) is passed on
+_COPY_AFTER_EXIT = 5.0  # seconds to finish copying output once the child has ended
+
+
+def _is_tf_notice(line):
+    """Whether ``line`` (bytes) is one of TensorFlow's startup notices."""
+    text = line.rstrip(b"\r\n")
+    if _OTHER_TF_NOTICES.fullmatch(text):
+        return True
+    match = _TF_LOG_LINE.fullmatch(text)
+    notice = match and _TF_NOTICES.get(match.group(1))
+    return bool(notice and notice.match(match.group(2)))
+
+
+def _copy(source, fd, prefix=b"", drop=None):
+    """Copies the pipe ``source`` to ``fd`` line by line, leaving out lines ``drop`` accepts.
+
+    With a ``prefix`` every line starts with it (and a line is passed on once complete);
+    without, a line ends at a newline or carriage return and an unfinished one is passed on
+    after :data:`_PARTIAL_LINE_WAIT` without more output, so progress bars still move.
+    """
+    read_fd, pending = source.fileno(), b""
     while True:
-        chunk = os.read(source.fileno(), 65536)
+        if pending and not prefix and not select.select([read_fd], [], [], _PARTIAL_LINE_WAIT)[0]:
+            _write_all(fd, pending)
+            pending = b""
+        chunk = os.read(read_fd, 65536)
         if not chunk:
             break
         pending += chunk
-        *lines, pending = pending.split(b"\n")
-        if len(pending) > 65536:  # a very long line without newline: pass it on now
-            lines.append(pending)
+        if prefix:
+            *lines, pending = pending.split(b"\n")
+            lines = [line + b"\n" for line in lines]
+        else:
+            lines = _SEGMENT.findall(pending)
+            pending = pending[sum(map(len, lines)):]
+        if len(pending) > 65536:  # a very long line without its end: pass it on now
+            lines.append(pending + (b"\n" if prefix else b""))
             pending = b""
-        if lines:
-            _write_all(fd, b"".join(prefix + line + b"\n" for line in lines))
-    if pending:
-        _write_all(fd, prefix + pending + b"\n")
+        kept = [prefix + line for line in lines if drop is None or not drop(line)]
+        if kept:
+            _write_all(fd, b"".join(kept))
+    if pending and (drop is None or not drop(pending)):
+        _write_all(fd, prefix + pending + (b"\n" if prefix else b""))
     source.close()
 
 
@@ -186,11 +242,13 @@ def main(argv):
     for signum in _FORWARDED:
         signal.signal(signum, forward)
 
-    pipe = subprocess.PIPE if options["prefix_output"] else None
+    quiet = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() != "0"
+    copied = {1: options["prefix_output"], 2: options["prefix_output"] or quiet}
     copiers = []
     try:
         child = subprocess.Popen(command, close_fds=False, preexec_fn=_die_with_parent(),
-                                 stdout=pipe, stderr=pipe)
+                                 stdout=subprocess.PIPE if copied[1] else None,
+                                 stderr=subprocess.PIPE if copied[2] else None)
     except OSError as err:
         sys.stderr.write(f"kerashvd: rank {rank}: cannot run {command[0]!r}: {err}\n")
         returncode = 126 if isinstance(err, PermissionError) else 127
@@ -201,10 +259,11 @@ def main(argv):
         if options["report"]:
             threading.Thread(target=_watch_launcher, args=(options, state, rank),
                              daemon=True).start()
-        if options["prefix_output"]:
-            prefix = f"[{rank}] ".encode()
-            for source, fd in ((child.stdout, 1), (child.stderr, 2)):
-                copier = threading.Thread(target=_copy_prefixed, args=(source, fd, prefix),
+        prefix = f"[{rank}] ".encode() if options["prefix_output"] else b""
+        for source, fd in ((child.stdout, 1), (child.stderr, 2)):
+            if copied[fd]:
+                drop = _is_tf_notice if quiet and fd == 2 else None
+                copier = threading.Thread(target=_copy, args=(source, fd, prefix, drop),
                                           daemon=True)
                 copier.start()
                 copiers.append(copier)
@@ -214,8 +273,8 @@ def main(argv):
     # print its "BAD TERMINATION" banner.
     for signum in _FORWARDED:
         signal.signal(signum, signal.SIG_IGN)
-    for copier in copiers:
-        copier.join()
+    for copier in copiers:  # a grandchild that kept the pipe open must not hold us here
+        copier.join(timeout=_COPY_AFTER_EXIT)
 
     if returncode != 0 and not state["stopped"]:
         problem = _report(options, rank, returncode)
