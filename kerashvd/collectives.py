@@ -72,7 +72,9 @@ def _check_splits(splits, rows, n, what="alltoall"):
         values = [float(v) for v in np.asarray(raw).reshape(-1)]
         if np.ndim(raw) != 1:
             raise ValueError
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, NotImplementedError):
+        if not tf.executing_eagerly():
+            return None  # e.g. a list of symbolic tensors: the kernel checks them
         raise ValueError(f"{what}: splits must be a list or vector of row counts, one per rank "
                          f"({n}); received {splits!r}") from None
     if len(values) != n:
@@ -101,6 +103,7 @@ def _split_tensor(splits, checked):
     (the kernel accepts integer and float splits and checks them)."""
     if checked is not None:
         return tf.constant(checked, tf.int64)
+    splits = tf.convert_to_tensor(splits)
     if splits.dtype in (tf.int32, tf.int64, tf.float32, tf.float64):
         return splits
     return tf.cast(splits, tf.float64 if splits.dtype.is_floating else tf.int64)

@@ -96,3 +96,20 @@ def test_alltoall_in_tf_function(hvd):
         np.testing.assert_array_equal(got.numpy(), expected)
         np.testing.assert_array_equal(got_splits.numpy(), expected_splits)
         np.testing.assert_array_equal(got_y.numpy(), _expected(ys, [[3] * n] * n, r)[0])
+
+
+def test_alltoall_splits_of_other_types_in_tf_function(hvd):
+    """Inside tf.function the splits may be int32 or float tensors (whole numbers, checked by
+    the kernel) or a list of symbolic scalars."""
+    n, r = hvd.size(), hvd.rank()
+    x = tf.constant([float(r)] * n)
+
+    @tf.function
+    def exchange(x, ones):
+        as_list = hvd.alltoall(x, splits=[ones[q] for q in range(n)], name="alltoall.types.list")[0]
+        as_int32 = hvd.alltoall(x, splits=tf.cast(ones, tf.int32), name="alltoall.types.int32")[0]
+        as_float = hvd.alltoall(x, splits=tf.cast(ones, tf.float32), name="alltoall.types.float")[0]
+        return as_list, as_int32, as_float
+
+    for got in exchange(x, tf.ones([n], tf.int64)):
+        np.testing.assert_array_equal(got.numpy(), np.arange(n, dtype=np.float32))
