@@ -1,5 +1,6 @@
 """The base class of kerashvd's callbacks: a callback of the Keras that tf.keras uses."""
 
+from kerashvd._xla import turn_off_jit_compile
 from kerashvd.keras_compat import KERAS_NAME, keras
 
 __all__ = ["Callback"]
@@ -31,4 +32,5 @@ class Callback(keras.callbacks.Callback):
                 "uses the Keras that tf.keras uses, chosen by TF_USE_LEGACY_KERAS), but the model "
                 f"is a {type(model).__module__}.{type(model).__name__}. Set TF_USE_LEGACY_KERAS=1 "
                 "before starting Python to train tf_keras models, or leave it unset for Keras 3.")
+        turn_off_jit_compile(model)
         super().set_model(model)

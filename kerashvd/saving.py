@@ -2,6 +2,7 @@
 
 import inspect
 
+from ._xla import turn_off_jit_compile
 from .keras_compat import build_optimizer, keras
 from .optimizer import DistributedOptimizer
 
@@ -17,8 +18,9 @@ def load_model(filepath, custom_objects=None, compile=True, **distributed_optimi
     optimizer. A model saved with a ``DistributedOptimizer`` comes back with one (its saved
     settings, overridden by ``distributed_optimizer_kwargs``); a model saved with a plain
     optimizer gets one built from ``distributed_optimizer_kwargs``. ``keras.saving.load_model``
-    alone also restores a saved ``DistributedOptimizer``, since the class is registered as a
-    Keras serializable.
+    alone also restores a saved ``DistributedOptimizer`` once ``kerashvd`` is imported (its
+    classes are registered as Keras serializables when Keras is imported). The model comes
+    back with ``jit_compile=False`` (XLA cannot compile kerashvd's collectives).
 
     The file is read by the Keras ``tf.keras`` uses (``kerashvd.keras_compat``): a ``.keras``
     file; with Keras 2 (tf_keras, ``TF_USE_LEGACY_KERAS=1``) also a legacy ``.h5`` file.
@@ -60,6 +62,7 @@ def load_model(filepath, custom_objects=None, compile=True, **distributed_optimi
         return model
     if isinstance(optimizer, DistributedOptimizer):
         if not distributed_optimizer_kwargs:
+            turn_off_jit_compile(model)
             return model
         settings = optimizer.get_config()
         settings.pop("optimizer")
@@ -78,5 +81,6 @@ def _recompile(model, optimizer):
     config = keras.saving.deserialize_keras_object(model.get_compile_config())
     config["optimizer"] = optimizer
     model.compile(**config)
+    turn_off_jit_compile(model)  # saved with jit_compile resolved, e.g. True on a GPU
     if model.built:
         build_optimizer(optimizer, model.trainable_variables)

@@ -115,6 +115,10 @@ _DOC = """Batch normalization over the global batch: the samples of all ranks to
     with the biased batch variance, as Keras 3 and tf_keras' unfused path do (tf_keras'
     fused kernel, its default for 4-D inputs, uses the unbiased one).
 
+    XLA: with Keras 3 the layer has ``supports_jit = False``, so Keras compiles a model
+    holding it without XLA (``jit_compile="auto"`` resolves to False; ``jit_compile=True``
+    is turned off with Keras' notice "Proceeding with jit_compile=False").
+
     Requires ``kerashvd.init()`` before the first training call; registered as a Keras
     serializable (``kerashvd>SyncBatchNormalization``), so saved models load again.
 
@@ -176,6 +180,9 @@ else:
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **_drop_synchronized(kwargs))
+            # Keras' knob: a model holding this layer resolves jit_compile="auto" to False
+            # and turns jit_compile=True off with a notice (the allgather has no XLA kernel).
+            self.supports_jit = False
 
         def _moments(self, inputs, mask):
             return global_moments(inputs, self._reduction_axes, False, mask,

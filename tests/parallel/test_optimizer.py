@@ -250,12 +250,50 @@ def test_compression_is_close_and_identical_on_all_ranks(hvd, compression):
 
 # -- errors --------------------------------------------------------------------------------
 def test_jit_compile_true_gives_an_actionable_error(hvd):
+    """Plain fit: no kerashvd code runs before Keras builds the XLA step; the step says why."""
     x, y, _, _ = make_data(hvd)
     model = make_model()
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss="mse",
                   jit_compile=True)
     with pytest.raises(ValueError, match="jit_compile=False"):
         model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+
+
+def _pretend_a_gpu(monkeypatch):
+    """Keras resolves jit_compile="auto" from tf.config.list_physical_devices(): add a GPU."""
+    real = tf.config.list_physical_devices
+
+    def with_gpu(device_type=None):
+        devices = real(device_type)
+        if device_type in (None, "GPU"):
+            devices = devices + [tf.config.PhysicalDevice("/physical_device:GPU:0", "GPU")]
+        return devices
+
+    monkeypatch.setattr(tf.config, "list_physical_devices", with_gpu)
+
+
+@pytest.mark.parametrize("jit_compile", ["auto", True])
+def test_a_kerashvd_callback_turns_xla_off_before_fit_builds_its_step(hvd, monkeypatch,
+                                                                      jit_compile):
+    if jit_compile == "auto":
+        if USES_TF_KERAS:
+            pytest.skip("tf_keras does not turn XLA on by itself")
+        _pretend_a_gpu(monkeypatch)
+    x, y, full_x, full_y = make_data(hvd)
+    model = make_model(style="deferred")
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05)), loss="mse",
+                  jit_compile=jit_compile)
+    assert model.jit_compile  # what Keras resolved: XLA, as on a GPU
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    notices = [w for w in caught if "jit_compile is now False" in str(w.message)]
+    assert len(notices) == (1 if hvd.rank() == 0 else 0)
+    assert model.jit_compile is False
+    expected = reference_train(make_model(), keras.optimizers.SGD(0.05), full_x, full_y,
+                               BATCH * hvd.size())
+    assert_close(model.get_weights(), expected.get_weights())
 
 
 def test_invalid_arguments_are_refused(hvd):

@@ -119,3 +119,15 @@ def test_load_model_wraps_a_plain_optimizer_and_keeps_its_state(hvd, rank_dir, s
         np.testing.assert_array_equal(a, b)
     with pytest.raises(TypeError, match="does not take"):
         hvd.load_model(path, learning_rate=0.1)
+
+
+def test_load_model_turns_xla_off_for_the_distributed_optimizer(hvd, rank_dir):
+    """A file saved with jit_compile=True (as Keras resolves it on a GPU) loads without XLA."""
+    model = make_model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=True)
+    path = os.path.join(rank_dir, "xla.keras")
+    model.save(path)
+    assert keras.saving.load_model(path).jit_compile  # as saved
+    reloaded = hvd.load_model(path)
+    assert isinstance(reloaded.optimizer, hvd.DistributedOptimizer)
+    assert reloaded.jit_compile is False

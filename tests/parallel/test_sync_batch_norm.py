@@ -11,6 +11,7 @@ be off by ~1e-3.
 import os
 import shutil
 import tempfile
+import warnings
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ import tensorflow as tf
 
 from kerashvd.keras_compat import USES_TF_KERAS, keras
 from model_styles import seeded, sequential
-from test_optimizer import assert_identical_on_all_ranks
+from test_optimizer import _pretend_a_gpu, assert_identical_on_all_ranks
 
 pytestmark = pytest.mark.keras
 
@@ -168,6 +169,22 @@ def test_config_round_trip_and_saved_model_reload(hvd):
     assert type(reloaded.layers[1]) is hvd.SyncBatchNormalization
     for got, want in zip(reloaded.get_weights(), model.get_weights()):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(USES_TF_KERAS, reason="tf_keras does not turn XLA on by itself")
+@pytest.mark.parametrize("jit_compile", ["auto", True])
+def test_a_model_with_the_layer_trains_without_xla_in_plain_fit(hvd, monkeypatch, jit_compile):
+    """supports_jit=False: Keras itself resolves XLA off, with no kerashvd callback in fit."""
+    _pretend_a_gpu(monkeypatch)
+    model = _model(hvd.SyncBatchNormalization, style="deferred")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Keras' "Proceeding with jit_compile=False"
+        model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse",
+                      jit_compile=jit_compile)
+    assert model.jit_compile is False
+    x = np.random.RandomState(hvd.rank()).normal(size=(8, 3)).astype("float32")
+    model.fit(x, x[:, :1], batch_size=4, epochs=1, verbose=0)
+    assert_identical_on_all_ranks(hvd, model.get_weights(), f"sync_bn.no_xla.{jit_compile}")
 
 
 def test_axis_may_be_given_positionally(hvd):
