@@ -173,18 +173,18 @@ def test_config_round_trip_and_saved_model_reload(hvd):
 
 @pytest.mark.skipif(USES_TF_KERAS, reason="tf_keras does not turn XLA on by itself")
 @pytest.mark.parametrize("jit_compile", ["auto", True])
-def test_a_model_with_the_layer_trains_without_xla_in_plain_fit(hvd, monkeypatch, jit_compile):
-    """supports_jit=False: Keras itself resolves XLA off, with no kerashvd callback in fit."""
+def test_a_model_with_the_layer_compiles_without_xla(hvd, monkeypatch, jit_compile):
+    """supports_jit=False: Keras itself resolves XLA off, so plain fit (no kerashvd callback)
+    never builds an XLA step (a step without XLA is what the fit tests above train)."""
     _pretend_a_gpu(monkeypatch)
     model = _model(hvd.SyncBatchNormalization, style="deferred")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Keras' "Proceeding with jit_compile=False"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse",
                       jit_compile=jit_compile)
     assert model.jit_compile is False
-    x = np.random.RandomState(hvd.rank()).normal(size=(8, 3)).astype("float32")
-    model.fit(x, x[:, :1], batch_size=4, epochs=1, verbose=0)
-    assert_identical_on_all_ranks(hvd, model.get_weights(), f"sync_bn.no_xla.{jit_compile}")
+    assert any("Proceeding with `jit_compile=False`" in str(w.message) for w in caught) == (
+        jit_compile is True)  # Keras' own notice when XLA was asked for
 
 
 def test_axis_may_be_given_positionally(hvd):
