@@ -11,10 +11,12 @@ optimizer is a kerashvd ``DistributedOptimizer``. Then every rank takes the same
    optimizer a ``DistributedOptimizer``: broadcast inside the first training step, when
    ``apply`` is traced with the new weights initialized and before the step executes
    (``DistributedOptimizer.call_before_apply``; see ``kerashvd/optimizer/apply_hooks.py``):
-   the first update is the one of a model built with ``keras.Input``;
-3. otherwise (a plain optimizer, some ranks built and others not, a step run eagerly before
-   the weights could be broadcast): broadcast after the first batch, as Horovod does; the
-   ranks agree from the second step on.
+   the first update is the one of a model built with ``keras.Input`` (with
+   ``run_eagerly=True`` the forward pass has run by then: the first update averages the
+   gradients of each rank's own initial weights, and the ranks agree from then on);
+3. otherwise (a plain optimizer, some ranks built and others not, TensorFlow unable to lift
+   the new weights' initializers out of the step): broadcast after the first batch, as
+   Horovod does; the ranks agree from the second step on.
 """
 
 import tensorflow as tf
