@@ -63,7 +63,7 @@ def _check(hvd, got, xs, op, dtype, what):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_nan_alone_and_fused(hvd, dtype, op):
     n, r = hvd.size(), hvd.rank()
-    lengths = (n + 5, 300, 7)
+    lengths = (n + 5, 300, n + 4)  # every length holds the n + 4 special positions
     inputs = [_inputs(f"nan/{dtype}/{op}/{i}", n, length, dtype) for i, length in enumerate(lengths)]
     hvd_op = getattr(hvd, op)
     alone = hvd.allreduce(tf.constant(inputs[0][r]), op=hvd_op, name=f"nan/{dtype}/{op}")
