@@ -155,6 +155,7 @@ def test_kerashvdrun_flags_become_kerashvd_variables():
     (["-np", "2", "-x", "KHVD_SURELY_UNSET", "python"], "KHVD_SURELY_UNSET is not set"),
     (["-np", "2", "--cycle-time-ms", "0", "python"], "expected a value >= 0.01, received '0'"),
     (["-np", "2", "--cache-capacity", "1.5", "python"], "expected an integer >= 0"),
+    (["-np", "2", "--peer-timeout", "0", "python"], "expected a value >= 2, received '0'"),
 ])
 def test_kerashvdrun_bad_arguments_give_clear_errors(args, message, capsys):
     from kerashvd.launcher import cli

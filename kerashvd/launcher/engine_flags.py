@@ -41,9 +41,11 @@ ENGINE_FLAGS = (
     EngineFlag("--stall-shutdown-time", "KERASHVD_STALL_SHUTDOWN_TIME", float, 0, 1,
                "seconds before a stalled collective fails on every rank (default 0: never). "
                "Sets KERASHVD_STALL_SHUTDOWN_TIME."),
-    EngineFlag("--peer-timeout", "KERASHVD_PEER_TIMEOUT", float, 0, 1,
-               "seconds without an answer from other ranks before they count as dead "
-               "(default 30). Sets KERASHVD_PEER_TIMEOUT."),
+    EngineFlag("--peer-timeout", "KERASHVD_PEER_TIMEOUT", float, 2, 1,
+               "seconds without a heartbeat from a rank before it counts as frozen and every "
+               "rank's collectives fail naming it (default 30; at least 2, as heartbeats come "
+               "every second; it cannot be turned off: use e.g. 86400 to pause a rank in a "
+               "debugger). Sets KERASHVD_PEER_TIMEOUT."),
     EngineFlag("--timeline-filename", "KERASHVD_TIMELINE", str, 0, 1,
                "path of the Chrome-trace timeline of the collectives, written by rank 0 (by every "
                "rank if the path contains {rank}). Sets KERASHVD_TIMELINE."),
