@@ -11,6 +11,9 @@ def _run(args, timeout):
     proc = subprocess.run([sys.executable, "-m", "kerashvd.bench", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    # What a user reads is the table, without TensorFlow's startup notices of every process.
+    for notice in ("cudart_stub", "failed call to cuInit", "absl::InitializeLog"):
+        assert notice not in proc.stdout + proc.stderr, proc.stderr[-3000:]
     return proc.stdout
 
 

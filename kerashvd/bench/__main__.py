@@ -1,7 +1,7 @@
 """``python -m kerashvd.bench [allreduce]``: allreduce through the TF op against raw MPI.
 ``python -m kerashvd.bench keras``: Keras training throughput (see keras_bench).
 
-Started without an MPI launcher it relaunches itself with ``mpiexec -n NP`` (default 2).
+Started without an MPI launcher it relaunches itself with ``kerashvdrun -np NP`` (default 2).
 Prints, for float32 Sum allreduces of each size: time per call, algbw and busbw (nccl-tests
 factor 2(n-1)/n), #wrong elements in the last result, raw MPI's time and busbw for the same
 bytes (mpi4py ``Allreduce`` on numpy arrays), and the ratio of busbw. Compared functions are
@@ -44,8 +44,10 @@ def main(argv=None):
         argv = argv[1:]
     args = _parse(argv)
     if not _under_mpi() and args.np > 1:
-        mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-        cmd = [mpiexec, "-n", str(args.np), sys.executable, "-m", "kerashvd.bench"] + argv
+        # Through kerashvdrun, whose supervisors keep TensorFlow's startup notices out of
+        # the table.
+        cmd = [sys.executable, "-m", "kerashvd.launcher.cli", "-np", str(args.np),
+               sys.executable, "-m", "kerashvd.bench"] + argv
         return subprocess.call(cmd)
     from .allreduce_bench import run
 

@@ -105,19 +105,27 @@ def worker(mode, batch, steps, warmup):
         print(json.dumps({"mode": mode, "ranks": size, "images_per_second": total}), flush=True)
 
 
+def _check(proc, cmd, err):
+    """Raises, with the end of its stderr, when a run failed; its stderr is hidden otherwise
+    (TensorFlow's startup notices of every process)."""
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited with code {proc.returncode}:\n{err[-3000:]}")
+
+
 def _run(cmd):
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    _check(proc, cmd, proc.stderr)
+    return json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
 
 
 def _run_side_by_side(cmd, n):
     """Runs n copies of cmd at once; returns their summed images/second."""
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(n)]
     total = 0.0
     for proc in procs:
-        out, _ = proc.communicate()
-        if proc.returncode != 0:
-            raise subprocess.CalledProcessError(proc.returncode, cmd, out)
+        out, err = proc.communicate()
+        _check(proc, cmd, err)
         total += json.loads([line for line in out.splitlines() if line.startswith("{")][-1])[
             "images_per_second"]
     return total
