@@ -9,6 +9,7 @@ turns any mismatch into an error instead of a hang.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -39,6 +40,10 @@ def mpiexec_path():
 
 
 PARALLEL = os.path.join(REPO, "tests", "parallel")
+# TensorFlow's startup notices, which kerashvdrun's supervisors leave out of a rank's output
+# (kerashvd/launcher/_supervisor.py): a line a user should not have to read.
+TF_NOTICE = re.compile(r"absl::InitializeLog|cudart_stub\.cc|cuInit|cpu_feature_guard\.cc|"
+                       r"To enable the following instructions|port\.cc:\d+\] oneDNN")
 
 
 def run_parallel_tests(np, env=None, pytest_args=()):

@@ -8,18 +8,15 @@ it reads ``TF_CPP_MIN_LOG_LEVEL``. ``kerashvdrun`` and ``kerashvd.run`` leave th
 """
 
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, TF_NOTICE as NOTICE
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 KERASHVDRUN = os.path.join(os.path.dirname(sys.executable), "kerashvdrun")
-NOTICE = re.compile(r"absl::InitializeLog|cudart_stub\.cc|cuInit|cpu_feature_guard\.cc|"
-                    r"To enable the following instructions|port\.cc:\d+\] oneDNN")
 
 
 def _kerashvdrun(*args, **env):

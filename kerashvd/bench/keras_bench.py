@@ -112,10 +112,15 @@ def _check(proc, cmd, err):
         raise RuntimeError(f"{' '.join(cmd)} exited with code {proc.returncode}:\n{err[-3000:]}")
 
 
+def _result(out):
+    """The last JSON line a worker printed."""
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+
+
 def _run(cmd):
     proc = subprocess.run(cmd, capture_output=True, text=True)
     _check(proc, cmd, proc.stderr)
-    return json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+    return _result(proc.stdout)
 
 
 def _run_side_by_side(cmd, n):
@@ -126,8 +131,7 @@ def _run_side_by_side(cmd, n):
     for proc in procs:
         out, err = proc.communicate()
         _check(proc, cmd, err)
-        total += json.loads([line for line in out.splitlines() if line.startswith("{")][-1])[
-            "images_per_second"]
+        total += _result(out)["images_per_second"]
     return total
 
 
