@@ -1,16 +1,27 @@
-"""XLA and kerashvd: a clear error inside XLA, and turning XLA off where kerashvd can.
+"""XLA and kerashvd: "auto" resolves to off, a clear error inside XLA, and turning XLA off.
 
 kerashvd's collectives are TensorFlow custom ops without an XLA kernel. Keras 3 compiles the
 training step with XLA when a GPU is visible (``jit_compile="auto"``), so a model whose
-optimizer is a ``DistributedOptimizer`` must train without it. Keras 3 runs no optimizer code
-between ``compile()`` and the moment ``fit`` builds its XLA train function, so kerashvd turns
-XLA off where it gets hold of the model first: in every kerashvd callback's ``set_model``
-(which ``fit`` calls before it builds the train function), in ``hvd.load_model``, and for
-models holding a ``SyncBatchNormalization`` (its ``supports_jit`` is False, Keras' own knob).
-Otherwise the first traced step raises :func:`check_not_xla`'s error, which names the fix.
-"""
+optimizer is a ``DistributedOptimizer`` must train without it:
 
+- ``jit_compile="auto"`` (``compile()``'s default) resolves to False for such a model, with a
+  one-line notice: :func:`install_auto_resolution` wraps Keras' ``Trainer.
+  _resolve_auto_jit_compile``, which ``compile()`` calls after it has set ``model.optimizer``.
+  Keras runs no optimizer code between ``compile()`` and the moment ``fit`` builds its XLA
+  train function, and offers no public knob that an optimizer could turn, so this is the one
+  place where "auto" can be decided. Keras versions without that method keep the two ways
+  below.
+- An explicit ``jit_compile=True`` is turned off where kerashvd gets hold of the model before
+  ``fit`` builds its step: in every kerashvd callback's ``set_model``, in ``hvd.load_model``,
+  and for models holding a ``SyncBatchNormalization`` (its ``supports_jit`` is False, Keras'
+  own knob). Otherwise the first traced step raises :func:`check_not_xla`'s error, which
+  names the fix.
+"""
+import functools
+import os
+import sys
 import warnings
+import weakref
 
 import tensorflow as tf
 
@@ -25,9 +36,9 @@ def check_not_xla(what):
     if get_context is not None and get_context() is not None:
         raise ValueError(
             f"{what} cannot run inside an XLA-compiled function: kerashvd's collectives have "
-            "no XLA kernel. Pass jit_compile=False to Model.compile() (Keras turns XLA on by "
-            "default when a GPU is present, jit_compile='auto'; a kerashvd callback in fit, "
-            "e.g. hvd.callbacks.BroadcastGlobalVariablesCallback(0), turns it off for you), "
+            "no XLA kernel. Pass jit_compile=False (or leave the default 'auto') to "
+            "Model.compile() (a kerashvd callback in fit, e.g. "
+            "hvd.callbacks.BroadcastGlobalVariablesCallback(0), also turns it off for you), "
             "or drop jit_compile=True from the tf.function that runs the training step.")
 
 
@@ -42,6 +53,44 @@ def uses_distributed_optimizer(optimizer):
         seen.add(id(optimizer))
         optimizer = getattr(optimizer, "inner_optimizer", None)
     return False
+
+
+_NOTICED = weakref.WeakSet()  # models whose notice was printed (Keras may resolve twice)
+
+
+def _library_dirs():
+    """Where Keras', TensorFlow's and kerashvd's own frames come from."""
+    import keras
+
+    import kerashvd
+
+    return tuple(os.path.join(os.path.realpath(d), "") for d in (
+        *kerashvd.__path__, os.path.dirname(keras.__file__), os.path.dirname(tf.__file__)))
+
+
+def _caller_stacklevel():
+    """The ``stacklevel`` for :func:`_notice`'s warning that names the user's line (compile,
+    fit or load_model), past the frames of Keras, TensorFlow and kerashvd."""
+    libraries = _library_dirs()
+    frame, level = sys._getframe(1), 1  # _notice's frame is stacklevel 1
+    while frame.f_back is not None and os.path.realpath(
+            frame.f_code.co_filename).startswith(libraries):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _notice(model, why):
+    """The one-line notice that XLA is off for ``model``: once per model, by rank 0 only."""
+    from .runtime import is_initialized, rank
+
+    if model in _NOTICED or (is_initialized() and rank() != 0):
+        return
+    _NOTICED.add(model)
+    warnings.warn(
+        f"kerashvd: jit_compile is {why} False for model {model.name!r}: XLA cannot compile "
+        "DistributedOptimizer's collectives (Keras turns XLA on when a GPU is present). "
+        "Pass jit_compile=False to compile() to skip this notice.",
+        stacklevel=_caller_stacklevel())
 
 
 def turn_off_jit_compile(model):
@@ -60,11 +109,32 @@ def turn_off_jit_compile(model):
     model.jit_compile = False
     if getattr(model, "train_function", None) is not None:
         model.make_train_function(force=True)
-    from .runtime import is_initialized, rank
-
-    if not is_initialized() or rank() == 0:
-        warnings.warn(
-            f"kerashvd: jit_compile is now False for model {model.name!r}: XLA cannot compile "
-            "DistributedOptimizer's collectives (Keras turns XLA on when a GPU is present). "
-            "Pass jit_compile=False to compile() to skip this notice.", stacklevel=3)
+    _notice(model, "now")
     return True
+
+
+def install_auto_resolution():
+    """Makes Keras 3 resolve ``jit_compile="auto"`` to False for a DistributedOptimizer's model.
+
+    Wraps ``keras.src.trainers.trainer.Trainer._resolve_auto_jit_compile`` once per process
+    (see the module's docstring); other models resolve as before. Does nothing with a Keras
+    that has no such method.
+    """
+    try:
+        from keras.src.trainers.trainer import Trainer
+    except ImportError:
+        return
+    resolve = getattr(Trainer, "_resolve_auto_jit_compile", None)
+    if resolve is None or getattr(resolve, "kerashvd_wrapped", False):
+        return
+
+    @functools.wraps(resolve)
+    def resolve_without_xla_for_kerashvd(self):
+        resolved = resolve(self)
+        if resolved and uses_distributed_optimizer(getattr(self, "optimizer", None)):
+            _notice(self, "resolved to")
+            return False
+        return resolved
+
+    resolve_without_xla_for_kerashvd.kerashvd_wrapped = True
+    Trainer._resolve_auto_jit_compile = resolve_without_xla_for_kerashvd

@@ -33,6 +33,7 @@ from .apply_hooks import ApplyHooks
 from .aggregation import LocalAggregator
 from .reduction import GradientReducer, ReducerSettings, check_not_xla
 from .loss_scale_order import wrapped_by_loss_scaling
+from .._xla import install_auto_resolution
 from .wrapper_config import wrapper_arguments, wrapper_config
 
 _KerasOptimizer = keras.optimizers.Optimizer
@@ -101,7 +102,7 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
     >>> hvd.init()
     >>> opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size()))
     >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-    >>> model.compile(optimizer=opt, loss="mse")  # jit_compile must stay False (see Raises)
+    >>> model.compile(optimizer=opt, loss="mse")  # jit_compile="auto" resolves to False
 
     Mixed precision (``keras.mixed_precision.set_global_policy("mixed_float16")``): pass
     ``hvd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(opt))``. Gradients are
@@ -109,8 +110,11 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
     Keras' automatic wrapping of a plain ``DistributedOptimizer`` would put the check first;
     that order raises ``ValueError`` at the first step.
 
-    XLA: kerashvd's collectives have no XLA kernel; ``apply`` raises ``ValueError`` telling you
-    to pass ``jit_compile=False`` to ``compile()`` when traced inside an XLA-compiled function.
+    XLA: kerashvd's collectives have no XLA kernel. ``compile()``'s default
+    ``jit_compile="auto"`` resolves to False for a model with this optimizer (Keras would turn
+    XLA on where a GPU is visible), with a one-line notice; an explicit ``jit_compile=True``
+    is turned off by kerashvd's callbacks, and otherwise ``apply`` raises ``ValueError``
+    telling you to pass ``jit_compile=False`` when traced inside an XLA-compiled function.
     """
 
     def __new__(cls, optimizer=None, *args, **kwargs):
@@ -308,3 +312,6 @@ class DistributedLossScaleOptimizer(DistributedOptimizer, LossScaleOptimizer):
     step_counter = property(lambda self: self.inner_optimizer.step_counter)
     initial_scale = property(lambda self: self.inner_optimizer.initial_scale)
     dynamic_growth_steps = property(lambda self: self.inner_optimizer.dynamic_growth_steps)
+
+
+install_auto_resolution()  # jit_compile="auto" resolves to False with this optimizer

@@ -272,23 +272,49 @@ def _pretend_a_gpu(monkeypatch):
     monkeypatch.setattr(tf.config, "list_physical_devices", with_gpu)
 
 
-@pytest.mark.parametrize("jit_compile", ["auto", True])
-def test_a_kerashvd_callback_turns_xla_off_before_fit_builds_its_step(hvd, monkeypatch,
-                                                                      jit_compile):
-    if jit_compile == "auto":
-        if USES_TF_KERAS:
-            pytest.skip("tf_keras does not turn XLA on by itself")
-        _pretend_a_gpu(monkeypatch)
+def _xla_notices(caught):
+    return [w for w in caught if "kerashvd: jit_compile is" in str(w.message)]
+
+
+@pytest.mark.parametrize("loss_scaled", [False, True])
+def test_auto_resolves_xla_off_and_a_plain_fit_trains(hvd, monkeypatch, loss_scaled):
+    """jit_compile="auto" on a GPU machine: Keras would pick XLA; with DistributedOptimizer
+    (also wrapping a LossScaleOptimizer) it resolves to False, and fit without any kerashvd
+    callback trains as the reference does."""
+    if USES_TF_KERAS:
+        pytest.skip("tf_keras does not turn XLA on by itself")
+    _pretend_a_gpu(monkeypatch)
+    plain = make_model()
+    plain.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    assert plain.jit_compile  # Keras' own resolution sees the GPU: XLA
+    x, y, full_x, full_y = make_data(hvd)
+    model = make_model(style="deferred")
+    inner = keras.optimizers.SGD(0.05)
+    if loss_scaled:
+        inner = keras.optimizers.LossScaleOptimizer(inner, initial_scale=1.0,
+                                                    dynamic_growth_steps=10**6)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.compile(optimizer=hvd.DistributedOptimizer(inner), loss="mse")
+    assert model.jit_compile is False
+    assert len(_xla_notices(caught)) == (1 if hvd.rank() == 0 else 0)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    expected = reference_train(make_model(), keras.optimizers.SGD(0.05), full_x, full_y,
+                               BATCH * hvd.size())
+    assert_close(model.get_weights(), expected.get_weights())
+
+
+def test_explicit_xla_is_turned_off_by_a_kerashvd_callback_before_fit_builds_its_step(hvd):
     x, y, full_x, full_y = make_data(hvd)
     model = make_model(style="deferred")
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05)), loss="mse",
-                  jit_compile=jit_compile)
-    assert model.jit_compile  # what Keras resolved: XLA, as on a GPU
+                  jit_compile=True)
+    assert model.jit_compile
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
                   callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
-    notices = [w for w in caught if "jit_compile is now False" in str(w.message)]
+    notices = [w for w in _xla_notices(caught) if "is now False" in str(w.message)]
     assert len(notices) == (1 if hvd.rank() == 0 else 0)
     assert model.jit_compile is False
     expected = reference_train(make_model(), keras.optimizers.SGD(0.05), full_x, full_y,
