@@ -9,7 +9,8 @@
 // collectives) and checks its own results. Element counts include 0, 1, 7 (odd, not a multiple
 // of the world size) and 1M. Inputs are small integers, so sums, products, minima and maxima
 // are exact in every dtype for up to 8 ranks, and each rank computes the expected result
-// without communicating. The last line, printed by rank 0, is "N passed, N failed" summed over
+// without communicating. Min and Max of float32/float64 also run on NaN, infinities and
+// signed zeros, compared bit for bit with numpy's rule. The last line, printed by rank 0, is "N passed, N failed" summed over
 // all ranks; the exit status is non-zero when any case failed on any rank.
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -18,6 +19,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -264,6 +267,96 @@ void TestReduceScatter(const World& w) {
   }
 }
 
+// --- NaN, infinities and signed zeros in Min and Max ------------------------------------------
+// kerashvd's rule, numpy's np.minimum/np.maximum: NaN on any rank makes the element the
+// canonical quiet NaN everywhere; Max prefers +0.0 to -0.0 and Min -0.0 to +0.0. Results are
+// compared bit for bit.
+
+// Position k < size is NaN on rank k only; `size` is NaN everywhere; size + 1 is -inf on rank
+// 0 and NaN on the last rank; size + 2 is -0.0 on even ranks and +0.0 on odd ones; size + 3 is
+// +inf on the last rank; beyond, finite values of both signs, and every 97th element is NaN
+// on rank (i % size).
+double NanCaseInput(int rank, int size, int64_t i) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  if (i < size) return i == rank ? nan : 1.0 + i;
+  if (i == size) return nan;
+  if (i == size + 1) return rank == 0 ? -inf : (rank == size - 1 ? nan : 1.0);
+  if (i == size + 2) return rank % 2 == 0 ? -0.0 : 0.0;
+  if (i == size + 3) return rank == size - 1 ? inf : 2.0;
+  if (i % 97 == 0 && i % size == rank) return nan;
+  return static_cast<double>((i * 7 + rank * 3) % 11) - 5.5;
+}
+
+double NanCaseExpected(ReduceOp op, int size, int64_t i) {
+  double acc = NanCaseInput(0, size, i);
+  for (int r = 0; r < size; ++r) {
+    const double x = NanCaseInput(r, size, i);
+    if (std::isnan(x)) return std::numeric_limits<double>::quiet_NaN();
+    const bool better = op == ReduceOp::kMax ? (x > acc || (x == acc && !std::signbit(x)))
+                                             : (x < acc || (x == acc && std::signbit(x)));
+    if (better) acc = x;
+  }
+  return acc;
+}
+
+// Empty when the bytes are equal; otherwise the first differing element and how many differ.
+std::string CompareBits(DataType dtype, const std::vector<char>& expected,
+                        const std::vector<char>& actual) {
+  const size_t element = DataTypeSize(dtype);
+  if (expected.size() != actual.size()) return "wrong size";
+  int64_t first = -1, wrong = 0;
+  for (size_t i = 0; i * element < expected.size(); ++i) {
+    if (std::memcmp(&expected[i * element], &actual[i * element], element) != 0) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++wrong;
+    }
+  }
+  if (wrong == 0) return "";
+  const std::vector<double> want = Decode(dtype, expected), got = Decode(dtype, actual);
+  return "element " + std::to_string(first) + ": expected " + std::to_string(want[first]) +
+         ", got " + std::to_string(got[first]) + " (" + std::to_string(wrong) + " differ)";
+}
+
+void TestNanMinMax(const World& w) {
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {
+    const size_t element = DataTypeSize(dtype);
+    for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
+      for (int64_t n : {static_cast<int64_t>(w.size) + 4, int64_t{1 << 20} + 1}) {
+        std::vector<double> input(n), expected(n);
+        for (int64_t i = 0; i < n; ++i) {
+          input[i] = NanCaseInput(w.rank, w.size, i);
+          expected[i] = NanCaseExpected(op, w.size, i);
+        }
+        const std::string name = std::string(ReduceOpName(op)) + " NaN";
+        for (bool in_place : {false, true}) {  // allreduce
+          DeviceBuffer send(n * element), recv(n * element);
+          (in_place ? recv : send).Upload(Encode(dtype, input));
+          Status status = w.backend->Allreduce(in_place ? recv.get() : send.get(), recv.get(), n,
+                                               dtype, ReduceOptions{op});
+          w.tally->Record(CaseName("Allreduce", dtype, name + (in_place ? " in-place" : ""), n),
+                          status,
+                          status.ok() ? CompareBits(dtype, Encode(dtype, expected),
+                                                    recv.Download(0, n * element))
+                                      : "");
+        }
+        const std::vector<int64_t> counts = ScatterCounts(n, w.size);  // reducescatter
+        const std::vector<int64_t> offsets = Offsets(counts);
+        const std::vector<double> mine(expected.begin() + offsets[w.rank],
+                                       expected.begin() + offsets[w.rank] + counts[w.rank]);
+        DeviceBuffer send(n * element), recv(counts[w.rank] * element);
+        send.Upload(Encode(dtype, input));
+        Status status = w.backend->ReduceScatter(send.get(), recv.get(), counts, dtype,
+                                                 ReduceOptions{op});
+        w.tally->Record(CaseName("ReduceScatter", dtype, name, n), status,
+                        status.ok() ? CompareBits(dtype, Encode(dtype, mine),
+                                                  recv.Download(0, counts[w.rank] * element))
+                                    : "");
+      }
+    }
+  }
+}
+
 void TestMetadata(const World& w) {
   for (int64_t k : {0, 1, 3}) {
     std::vector<int64_t> send(k), recv(k * w.size, -1), expected(k * w.size);
@@ -342,7 +435,8 @@ int Main() {
     const std::vector<std::pair<const char*, void (*)(const World&)>> groups = {
         {"Allreduce", TestAllreduce},         {"Allgatherv", TestAllgatherv},
         {"Broadcast", TestBroadcast},         {"Alltoallv", TestAlltoallv},
-        {"ReduceScatter", TestReduceScatter}, {"AllgatherInt64/AlltoallInt64", TestMetadata},
+        {"ReduceScatter", TestReduceScatter}, {"Min/Max with NaN", TestNanMinMax},
+        {"AllgatherInt64/AlltoallInt64", TestMetadata},
         {"errors", TestErrors}};
     for (const auto& group : groups) {
       group.second(world);
