@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import REPO
@@ -34,12 +35,14 @@ def run_script(script, keras, *args):
     return results, output
 
 
-def assert_trained_alike(results, output):
+def assert_trained_alike(results, last):
+    """Same weights on every rank, and a mean loss over the ``last`` entries (epochs or steps)
+    far below chance's ln(10) = 2.3."""
     weights = {r["weights"] for r in results}
     assert len(weights) == 1, f"ranks ended with different weights: {results}"
     for r in results:
         losses = r["losses"]
-        assert losses[-1] < 0.8 * losses[0], f"rank {r['rank']}'s loss did not fall: {losses}"
+        assert np.mean(losses[-last:]) < 0.5, f"rank {r['rank']} did not learn the task: losses {losses}"
 
 
 @pytest.mark.mpi
@@ -47,7 +50,7 @@ def assert_trained_alike(results, output):
 @pytest.mark.parametrize("keras", sorted(KERAS))
 def test_keras_fit_script(keras, tmp_path):
     results, output = run_script("keras_fit.py", keras, tmp_path)
-    assert_trained_alike(results, output)
+    assert_trained_alike(results, last=1)  # the last epoch's mean
     assert [r["lr"] for r in results] == [pytest.approx(0.004)] * 2  # warmed up to 0.002 * 2
     assert "finished gradual learning rate warmup" in output
     extension = ".h5" if keras == "tf_keras" else ".keras"
@@ -60,5 +63,5 @@ def test_keras_fit_script(keras, tmp_path):
 @pytest.mark.parametrize("keras", sorted(KERAS))
 def test_custom_loop_script(keras):
     results, output = run_script("custom_loop.py", keras)
-    assert_trained_alike(results, output)
-    assert "Step #8\tLoss:" in output
+    assert_trained_alike(results, last=5)  # the last five steps
+    assert "Step #20\tLoss:" in output

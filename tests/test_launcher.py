@@ -6,6 +6,7 @@ where kerashvd itself is under test.
 """
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -86,6 +87,20 @@ def test_kerashvdrun_ranks_see_their_rank_and_size():
     assert proc.returncode == 0, output
     assert "[0] RANK=0 SIZE=2 SUM=1 ENV_RANK=0" in proc.stdout, output
     assert "[1] RANK=1 SIZE=2 SUM=1 ENV_RANK=1" in proc.stdout, output
+
+
+@pytest.mark.parametrize("prefix", [[], ["--prefix-output"]])
+def test_kerashvdrun_keeps_each_line_of_every_rank_whole(prefix):
+    """Ranks that write each line in pieces at the same time: no line is mixed with another."""
+    proc = kerashvdrun("-np", 3, *prefix, sys.executable,
+                       os.path.join(SCRIPTS, "split_lines.py"), 100)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    pattern = re.compile(r"(\[\d\] )?rank (\d) line (\d+) x{40}")
+    broken = [line for line in lines if not pattern.fullmatch(line)]
+    assert not broken, f"{len(broken)} mixed lines, e.g. {broken[:3]}"
+    assert sorted(lines) == sorted(f"{f'[{r}] ' if prefix else ''}rank {r} line {i} {'x' * 40}"
+                                   for r in range(3) for i in range(100))
 
 
 def test_kerashvdrun_returns_failed_rank_code_and_stops_the_others(tmp_path):

@@ -17,10 +17,15 @@ Protocol, per rank:
    by the supervisor (hydra forwards the launcher's signals) are passed on to the child; once
    the child has ended they are ignored, because a supervisor killed by a late SIGTERM while
    exiting makes hydra SIGKILL the other ranks and print its "BAD TERMINATION" banner.
-2. Copy the child's stderr line by line, leaving out TensorFlow's startup notices (see
-   _is_tf_notice: lines TensorFlow writes at import and device setup before it reads
-   TF_CPP_MIN_LOG_LEVEL, the same on every rank) unless TF_CPP_MIN_LOG_LEVEL is 0. With
-   --prefix-output, copy stdout and stderr with "[rank] " before every line.
+2. Copy the child's stdout and stderr line by line, each line passed on in one write, so that
+   lines of different ranks cannot interleave within a line: a program may write a line in
+   pieces (with PYTHONUNBUFFERED=1, common in batch jobs, print() writes its text and the
+   newline separately), and hydra passes every piece on as it comes. From stderr, leave out
+   TensorFlow's startup notices (see _is_tf_notice: lines TensorFlow writes at import and
+   device setup before it reads TF_CPP_MIN_LOG_LEVEL, the same on every rank) unless
+   TF_CPP_MIN_LOG_LEVEL is 0. With --prefix-output, put "[rank] " before every line. (hydra
+   itself still cuts a line of more than about 1 KiB into pieces, which can interleave with
+   another rank's output.)
 3. With --report, hold a connection to the launcher ("TOKEN RANK watch", see reports.py)
    while the child runs. It closes when the launcher process ends, however it ends (SIGKILL,
    a notebook kernel that dies): the supervisor then stops the child as the launcher would
@@ -243,12 +248,10 @@ def main(argv):
         signal.signal(signum, forward)
 
     quiet = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() != "0"
-    copied = {1: options["prefix_output"], 2: options["prefix_output"] or quiet}
     copiers = []
     try:
         child = subprocess.Popen(command, close_fds=False, preexec_fn=_die_with_parent(),
-                                 stdout=subprocess.PIPE if copied[1] else None,
-                                 stderr=subprocess.PIPE if copied[2] else None)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as err:
         sys.stderr.write(f"kerashvd: rank {rank}: cannot run {command[0]!r}: {err}\n")
         returncode = 126 if isinstance(err, PermissionError) else 127
@@ -261,12 +264,10 @@ def main(argv):
                              daemon=True).start()
         prefix = f"[{rank}] ".encode() if options["prefix_output"] else b""
         for source, fd in ((child.stdout, 1), (child.stderr, 2)):
-            if copied[fd]:
-                drop = _is_tf_notice if quiet and fd == 2 else None
-                copier = threading.Thread(target=_copy, args=(source, fd, prefix, drop),
-                                          daemon=True)
-                copier.start()
-                copiers.append(copier)
+            drop = _is_tf_notice if quiet and fd == 2 else None
+            copier = threading.Thread(target=_copy, args=(source, fd, prefix, drop), daemon=True)
+            copier.start()
+            copiers.append(copier)
         returncode = child.wait()
     # Ignore further signals: Python's shutdown resets handled signals to SIG_DFL, and a rank
     # that dies of hydra's forwarded SIGTERM while exiting makes hydra SIGKILL the others and
