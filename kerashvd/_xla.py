@@ -17,6 +17,7 @@ optimizer is a ``DistributedOptimizer`` must train without it:
   own knob). Otherwise the first traced step raises :func:`check_not_xla`'s error, which
   names the fix.
 """
+
 import functools
 import os
 import sys
