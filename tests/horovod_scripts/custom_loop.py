@@ -4,7 +4,7 @@ It follows the structure of Horovod's TF2 examples: ``hvd.init()``, the GPU pinn
 a ``Sequential`` model without ``keras.Input`` (its weights and the optimizer's are created
 inside the first traced step), ``hvd.DistributedGradientTape``, and the broadcast of the
 model's and the optimizer's variables at the end of the first step, inside the
-``tf.function``. The data is synthetic (no network here), different on every rank.
+``tf.function``. The data and the model come from ``synthetic.py`` (no network here).
 
 What differs with Keras 3: an optimizer's ``variables`` is a list (Horovod's examples call
 ``opt.variables()``, which tf_keras allows). With ``TF_USE_LEGACY_KERAS=1`` (tf_keras) the
@@ -19,6 +19,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from synthetic import digits_dataset, lazy_model
+
 import kerashvd as hvd  # was: import horovod.tensorflow as hvd
 
 LEGACY_KERAS = os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True")
@@ -32,23 +34,8 @@ for gpu in gpus:
 if gpus:
     tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], 'GPU')
 
-# Synthetic digits: class k is noise with a bright band at rows 2k..2k+4.
-rng = np.random.default_rng(hvd.rank())
-labels = rng.integers(0, 10, 512)
-images = 0.5 * rng.random((512, 28, 28, 1)).astype("float32")
-for image, label in zip(images, labels):
-    image[2 * label:2 * label + 5] += 0.5
-dataset = tf.data.Dataset.from_tensor_slices((images, labels))
-dataset = dataset.repeat().shuffle(512, seed=hvd.rank()).batch(32)
-
-mnist_model = tf.keras.Sequential([
-    tf.keras.layers.Conv2D(8, [3, 3], activation='relu'),
-    tf.keras.layers.MaxPooling2D(pool_size=(2, 2)),
-    tf.keras.layers.Dropout(0.25),
-    tf.keras.layers.Flatten(),
-    tf.keras.layers.Dense(32, activation='relu'),
-    tf.keras.layers.Dense(10, activation='softmax')
-])
+dataset = digits_dataset(hvd.rank())
+mnist_model = lazy_model()
 loss = tf.losses.SparseCategoricalCrossentropy()
 
 # Learning rate times the number of ranks (the global batch grows with it).

@@ -3,9 +3,8 @@
 It follows the structure of Horovod's Keras examples: ``hvd.init()``, the GPU pinning snippet,
 a ``Sequential`` model without ``keras.Input`` (built lazily, in fit's first step), the
 learning rate scaled by ``hvd.size()``, ``hvd.DistributedOptimizer``, the broadcast, metric
-average and warmup callbacks, and checkpoints on rank 0 only. The data is synthetic (no
-network here): 28x28 noise images, each with a bright band where its class says, different
-on every rank.
+average and warmup callbacks, and checkpoints on rank 0 only. The data and the model
+come from ``synthetic.py`` (no network here).
 
 What differs with Keras 3, where Horovod's examples were written for Keras 2 (``tf.keras``
 before TensorFlow 2.16): ``compile()`` has no ``experimental_run_tf_function`` argument, and
@@ -22,6 +21,8 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+from synthetic import digits_dataset, lazy_model
+
 import kerashvd as hvd  # was: import horovod.tensorflow.keras as hvd
 
 LEGACY_KERAS = os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True")
@@ -36,23 +37,8 @@ for gpu in gpus:
 if gpus:
     tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], 'GPU')
 
-# Synthetic digits: class k is noise with a bright band at rows 2k..2k+4.
-rng = np.random.default_rng(hvd.rank())
-labels = rng.integers(0, 10, 512)
-images = 0.5 * rng.random((512, 28, 28, 1)).astype("float32")
-for image, label in zip(images, labels):
-    image[2 * label:2 * label + 5] += 0.5
-dataset = tf.data.Dataset.from_tensor_slices((images, labels))
-dataset = dataset.repeat().shuffle(512, seed=hvd.rank()).batch(32)
-
-mnist_model = tf.keras.Sequential([
-    tf.keras.layers.Conv2D(8, [3, 3], activation='relu'),
-    tf.keras.layers.MaxPooling2D(pool_size=(2, 2)),
-    tf.keras.layers.Dropout(0.25),
-    tf.keras.layers.Flatten(),
-    tf.keras.layers.Dense(32, activation='relu'),
-    tf.keras.layers.Dense(10, activation='softmax')
-])
+dataset = digits_dataset(hvd.rank())
+mnist_model = lazy_model()
 
 # Learning rate times the number of ranks (the global batch grows with it).
 scaled_lr = 0.002 * hvd.size()
