@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -22,6 +23,46 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The `slurm_cluster` fixture: a real one-host SLURM cluster (tests/slurm_cluster.py); small
 # real data sets for the recipes (tests/datasets/fixtures.py).
 pytest_plugins = ["slurm_cluster", "datasets.fixtures"]
+
+
+_SEGMENTS_AT_START = set()
+
+
+def pytest_sessionstart(session):
+    from kerashvd.launcher import shm_segments
+
+    _SEGMENTS_AT_START.update(shm_segments.segments())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Removes the MPICH shared-memory segments that ranks killed by the tests left behind.
+
+    A later run on this machine (CI runs where the developer did) could otherwise open one in
+    MPI_Init (see kerashvd/launcher/shm_segments.py).
+    """
+    from kerashvd.launcher import shm_segments
+
+    shm_segments.remove_dead(_SEGMENTS_AT_START)
+
+
+@pytest.fixture
+def shm_segments_left():
+    """A function listing the MPICH segments made since the test began that are still in
+    /dev/shm after up to ``within`` seconds; at the end of the test, the dead ones go."""
+    from kerashvd.launcher import shm_segments
+
+    before = shm_segments.segments()
+
+    def left(within=5.0):
+        deadline = time.monotonic() + within
+        while True:
+            dead = shm_segments.segments() - before
+            if not dead or time.monotonic() > deadline:
+                return sorted(dead)
+            time.sleep(0.2)
+
+    yield left
+    shm_segments.remove_dead(before)
 
 
 @pytest.fixture(scope="session")

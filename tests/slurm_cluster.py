@@ -5,7 +5,8 @@ directory (nothing under /etc is read or changed), starts ``munged``, ``slurmctl
 ``slurmd`` as children of the test process, waits until ``sinfo`` shows the node idle, and
 yields a :class:`SlurmCluster`. At the end of the session it cancels every job, stops the
 daemons, and checks through /proc that no process of the cluster (daemon, ``slurmstepd`` or
-job) is left; a leftover is killed and reported as an error.
+job) is left; a leftover is killed and reported as an error. MPICH's shared-memory segments
+that the jobs' killed ranks left in /dev/shm are removed.
 
 The node offers :data:`CPUS` CPUs whatever the machine has (``SlurmdParameters=
 config_overrides``) and ``OverSubscribe=FORCE``, so a 2-core machine runs 2-3 tasks and several
@@ -37,6 +38,7 @@ API (use only these)::
 import contextlib
 import ctypes
 import os
+import random
 import re
 import shutil
 import signal
@@ -47,6 +49,8 @@ import tempfile
 import time
 
 import pytest
+
+from kerashvd.launcher import shm_segments
 
 CPUS = 4
 GPUS = 2
@@ -101,6 +105,7 @@ class SlurmCluster:
         self.conf = os.path.join(root, "slurm.conf")
         self._commands = {name: _find(name) for name in _DAEMONS + _CLIENTS}
         self._daemons = []  # (name, Popen), in start order
+        self._segments_before = shm_segments.segments()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PMI_"))}
         bindir = os.path.dirname(sys.executable)
         env["PATH"] = os.pathsep.join([bindir, env.get("PATH", ""), *_SBIN])
@@ -221,6 +226,10 @@ class SlurmCluster:
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
             "SchedulerType=sched/builtin", "SlurmdParameters=config_overrides",
             "MpiDefault=none", "ReturnToService=2", "KillWait=2", "MinJobAge=600",
+            # Job ids from a fresh random start: MPICH names its shared-memory segment after
+            # the job and step id, and a killed rank's segment outlives it; a new cluster
+            # counting from 1 again would meet an earlier run's leftovers in MPI_Init.
+            f"FirstJobId={random.randrange(1_000, 60_000_000)}",
             "GresTypes=gpu",
             f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=4000{gres} "
             "State=UNKNOWN",
@@ -315,6 +324,7 @@ class SlurmCluster:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     leftovers.append((pid, f.read().replace(b"\0", b" ").decode(errors="replace")))
                 os.kill(pid, signal.SIGKILL)
+        shm_segments.remove_dead(self._segments_before)  # what killed ranks left in /dev/shm
         return leftovers
 
 

@@ -146,7 +146,8 @@ def test_survivor_fails_fast_naming_the_killed_rank(job_dir, where):
 
 
 @pytest.mark.parametrize("launcher", ["kerashvdrun", "mpiexec"])
-def test_launcher_stops_the_job_when_a_rank_is_killed_mid_fit(job_dir, launcher):
+def test_launcher_stops_the_job_when_a_rank_is_killed_mid_fit(job_dir, launcher,
+                                                               shm_segments_left):
     if launcher == "kerashvdrun":
         cmd = KERASHVDRUN + ["-np", "2", *_fit_job(job_dir, "kill")]
     else:
@@ -163,6 +164,8 @@ def test_launcher_stops_the_job_when_a_rank_is_killed_mid_fit(job_dir, launcher)
         assert "BAD TERMINATION" in out or "Killed (signal 9)" in out, out[-5000:]
     assert stop_seconds < 20, f"the job ran on for {stop_seconds:.1f} s after rank 1 died"
     _assert_nothing_left(job_dir)
+    if launcher == "kerashvdrun":  # plain mpiexec leaves the killed job's segment to MPICH
+        assert shm_segments_left() == [], "kerashvdrun left the killed job's /dev/shm segment"
     # Whether rank 0 printed its own error before being stopped is a race (module docstring).
     line, seconds = _survivor_error(job_dir)
     print(f"{launcher}: exit {code}, stopped {stop_seconds:.2f} s after the kill; rank 0's own "
@@ -171,7 +174,8 @@ def test_launcher_stops_the_job_when_a_rank_is_killed_mid_fit(job_dir, launcher)
         assert "rank 1 exited or was killed" in line, line
 
 
-def test_kerashvd_run_raises_rank_error_naming_a_killed_rank(job_dir, monkeypatch):
+def test_kerashvd_run_raises_rank_error_naming_a_killed_rank(job_dir, monkeypatch,
+                                                             shm_segments_left):
     import tempfile
 
     import kerashvd
@@ -205,9 +209,10 @@ def test_kerashvd_run_raises_rank_error_naming_a_killed_rank(job_dir, monkeypatc
             "result") in str(info.value)
     assert elapsed < START_TIMEOUT
     _assert_nothing_left(job_dir)
+    assert shm_segments_left() == [], "kerashvd.run left the killed job's /dev/shm segment"
 
 
-def test_rank_killed_during_a_process_set_collective(job_dir, monkeypatch):
+def test_rank_killed_during_a_process_set_collective(job_dir, monkeypatch, shm_segments_left):
     """Rank 1 dies while rank 0 waits for it in a collective of the set {0, 1}; rank 2 is
     not a member. Rank 0's collective fails at once, naming rank 1."""
     import tempfile
@@ -253,6 +258,7 @@ def test_rank_killed_during_a_process_set_collective(job_dir, monkeypatch):
     assert message.startswith("AbortedError") and "rank 1 exited or was killed" in message, message
     assert float(seconds) < 10, f"rank 0 waited {seconds} s"
     _assert_nothing_left(job_dir)
+    assert shm_segments_left() == [], "kerashvd.run left the killed job's /dev/shm segment"
 
 
 # ------------------------------------------------------- a rank raises, a rank freezes

@@ -105,8 +105,10 @@ def test_launches_inside_a_batch_script(slurm_cluster, tmp_path):
         assert {r["size"] for r in ranks} == {2}, (tag, log[-5000:])
     assert {r["sum"] for r in by_tag["kerashvdrun"]} == {3.0}
     # kerashvdrun's srun: the job's CPUs per task passed on, --overlap inside a step.
-    assert re.search(r"kerashvdrun: \S*srun --mpi=pmi2 --cpus-per-task=2 -n 2 ", log), log
-    assert re.search(r"kerashvdrun: \S*srun --mpi=pmi2 --overlap --cpus-per-task=2 -n 2 ", log)
+    kill = "--kill-on-bad-exit=1"
+    assert re.search(rf"kerashvdrun: \S*srun --mpi=pmi2 {kill} --cpus-per-task=2 -n 2 ", log), log
+    assert re.search(rf"kerashvdrun: \S*srun --mpi=pmi2 {kill} --overlap --cpus-per-task=2 -n 2 ",
+                     log), log
     assert "[0] value passed" in log and "[1] value passed" in log, log[-5000:]
     assert "run: [2, 2]" in log, log[-5000:]
     assert "failing job: exit 7" in log, log[-5000:]
@@ -168,6 +170,27 @@ def test_template_rejects_a_missing_recipe(slurm_cluster, tmp_path):
     assert "recipes/no_such.py: no such file" in log, log
 
 
+# Task 1 fails before MPI starts; task 0 goes into MPI_Init, where it would wait for task 1
+# until the time limit under SLURM's default KillOnBadExit=0.
+FAIL_AT_START = """\
+import os, sys
+if os.environ["SLURM_PROCID"] == "1":
+    sys.exit(3)
+import kerashvd as hvd
+hvd.init()
+print("rank 0 passed init", flush=True)
+"""
+
+
+def test_template_ends_the_job_when_a_rank_fails_at_start(slurm_cluster, tmp_path):
+    script = tmp_path / "fail_at_start.py"
+    script.write_text(FAIL_AT_START)
+    state, log = template_job(slurm_cluster, tmp_path, "cpu.sbatch", script,
+                              options=[*SMALL["cpu.sbatch"], "--time=3"])
+    assert state == "FAILED", (state, log[-5000:])  # TIMEOUT without --kill-on-bad-exit
+    assert "rank 0 passed init" not in log, log[-5000:]
+
+
 def test_fixture_leaves_the_node_idle(slurm_cluster):
     """Sanity of the fixture itself: the node is up and offers the CPUs the tests rely on."""
     proc = slurm_cluster.run(["scontrol", "show", "node", slurm_cluster.node])
@@ -185,10 +208,13 @@ def test_srun_command_takes_the_job_shape_and_the_users_options():
                             srun_args=srun_args, env=env)
         return argv[:argv.index("-n") + 2], argv[argv.index("--") + 1:]
 
-    assert head({}) == (["srun", "--mpi=pmi2", "-n", "4"], ["python", "t.py"])
+    kill = "--kill-on-bad-exit=1"
+    assert head({}) == (["srun", "--mpi=pmi2", kill, "-n", "4"], ["python", "t.py"])
     assert head({"SLURM_CPUS_PER_TASK": "8", "SLURM_STEP_ID": "0"})[0] == [
-        "srun", "--mpi=pmi2", "--overlap", "--cpus-per-task=8", "-n", "4"]
+        "srun", "--mpi=pmi2", kill, "--overlap", "--cpus-per-task=8", "-n", "4"]
     for given in (["-c", "2"], ["--cpus-per-task", "2"], ["--cpus-per-task=2"]):
-        assert head({"SLURM_CPUS_PER_TASK": "8"}, given)[0] == ["srun", "--mpi=pmi2", *given,
-                                                                "-n", "4"]
+        assert head({"SLURM_CPUS_PER_TASK": "8"}, given)[0] == ["srun", "--mpi=pmi2", kill,
+                                                                *given, "-n", "4"]
+    for given in (["-K0"], ["--kill-on-bad-exit=0"], ["--kill-on-bad-exit", "0"]):
+        assert head({}, given)[0] == ["srun", "--mpi=pmi2", *given, "-n", "4"]
     assert head({}, env={"A": "1", "B": "x y"})[1] == ["env", "A=1", "B=x y", "python", "t.py"]

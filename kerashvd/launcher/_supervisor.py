@@ -34,7 +34,11 @@ Protocol, per rank:
    one line "TOKEN RANK RETURNCODE" to the launcher's report address; the launcher stops the
    job on the first report and returns that rank's code. If there is no launcher to tell,
    the supervisor ends itself with SIGKILL, which makes hydra stop the other ranks.
-5. Exit with the child's code (128 + N for a child killed by signal N).
+5. Remove the MPICH shared-memory segments of this host that appeared while the child ran
+   and that no live process uses any more (shm_segments.py): a rank killed before
+   MPI_Finalize leaves its job's segment behind, and the last rank of the job on this host to
+   end removes it.
+6. Exit with the child's code (128 + N for a child killed by signal N).
 """
 
 import ctypes
@@ -47,6 +51,9 @@ import subprocess
 import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run by path, with -I
+import shm_segments  # noqa: E402
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
@@ -249,6 +256,7 @@ def main(argv):
 
     quiet = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() != "0"
     copiers = []
+    segments_before = shm_segments.segments()
     try:
         child = subprocess.Popen(command, close_fds=False, preexec_fn=_die_with_parent(),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -276,6 +284,7 @@ def main(argv):
         signal.signal(signum, signal.SIG_IGN)
     for copier in copiers:  # a grandchild that kept the pipe open must not hold us here
         copier.join(timeout=_COPY_AFTER_EXIT)
+    shm_segments.remove_dead(segments_before)
 
     if returncode != 0 and not state["stopped"]:
         problem = _report(options, rank, returncode)

@@ -65,7 +65,9 @@ def srun_command(srun, np, rank_command, *, env=None, report_address=None, token
     finds its peers with. Inside an ``srun`` step (a job step's shell, or a notebook started
     with ``srun``) the ranks' step also gets ``--overlap``, without which it would wait for
     the CPUs the enclosing step holds. The job's ``--cpus-per-task`` is passed on (``srun``
-    stopped inheriting it in SLURM 22.05) unless ``srun_args`` give one. ``env`` reaches the
+    stopped inheriting it in SLURM 22.05) unless ``srun_args`` give one. ``--kill-on-bad-exit=1``
+    ends every task once one fails, even before MPI starts (SLURM's default lets the others wait
+    in ``MPI_Init`` for ever), unless ``srun_args`` choose otherwise. ``env`` reaches the
     ranks through ``env NAME=VALUE``.
 
     Args:
@@ -83,11 +85,14 @@ def srun_command(srun, np, rank_command, *, env=None, report_address=None, token
 
     Example:
 
-    >>> srun_command("srun", 2, ["python", "x.py"], environ={})[:4]
-    ['srun', '--mpi=pmi2', '-n', '2']
+    >>> srun_command("srun", 2, ["python", "x.py"], environ={})[:5]
+    ['srun', '--mpi=pmi2', '--kill-on-bad-exit=1', '-n', '2']
     """
     environ = os.environ if environ is None else environ
     argv = [srun, "--mpi=pmi2"]
+    if not any(a in ("-K", "--kill-on-bad-exit") or a.startswith(("-K", "--kill-on-bad-exit="))
+               for a in srun_args):
+        argv.append("--kill-on-bad-exit=1")
     if environ.get("SLURM_STEP_ID") is not None:
         argv.append("--overlap")
     cpus = environ.get("SLURM_CPUS_PER_TASK")

@@ -5,7 +5,8 @@ The loop, in the launcher's calling thread, every 0.1 s at most:
 2. on the first :class:`~kerashvd.launcher.reports.FailureReport`, remember it and start
    stopping the job; later reports are consequences and are ignored;
 3. on SIGINT/SIGTERM to the launcher, start stopping the job (a second one skips ahead);
-4. end when mpiexec has exited and its output is drained.
+4. end when mpiexec has exited and its output is drained, then remove the MPICH
+   shared-memory segments on this host that killed ranks left behind (``shm_segments.py``).
 
 Stopping escalates, each step only if mpiexec is still running when the previous one's grace
 time is over: SIGTERM to mpiexec (hydra forwards it to every rank's supervisor, which passes
@@ -31,6 +32,7 @@ import sys
 import threading
 import time
 
+from . import shm_segments
 from .reports import FailureReport
 
 _STEPS = (
@@ -43,6 +45,7 @@ _STEPS = (
 _FAILURE_GRACE = 3.0
 _TICK = 0.1
 _DRAIN_AFTER_EXIT = 2.0  # orphaned grandchildren could hold the pipe open forever
+_SEGMENT_WAIT = 3.0  # seconds ranks still exiting after mpiexec may hold their segment
 
 
 @dataclasses.dataclass
@@ -197,6 +200,7 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None):
     0
     """
     log = log or (lambda message: None)
+    segments_before = shm_segments.segments()
     pipe = subprocess.PIPE if capture_output else None
     proc = subprocess.Popen(
         with_parent_death_signal(argv), env=_environment(), start_new_session=True,
@@ -243,4 +247,19 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None):
         except queue.Empty:
             break
     outcome.returncode = proc.wait()
+    _remove_dead_segments(segments_before)
     return outcome
+
+
+def _remove_dead_segments(before):
+    """Removes the MPICH segments on this host that the job's killed ranks left behind.
+
+    The supervisors do it as their ranks end, but hydra may SIGKILL a supervisor first. Ranks
+    still on their way out hold their segment for a moment after mpiexec has ended.
+    """
+    deadline = time.monotonic() + _SEGMENT_WAIT
+    while True:
+        shm_segments.remove_dead(before)
+        if not shm_segments.segments() - before or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)

@@ -1,0 +1,78 @@
+"""Removes the shared-memory segments that MPICH ranks killed on this host left behind.
+
+MPICH's shared-memory transport keeps one file per job and host in ``/dev/shm``
+(``mpich_shm_<hash of the PMI job name>_<n>``) and removes it in ``MPI_Finalize``. A rank
+killed before that (SIGKILL, a walltime or a failure test) leaves it there. Under SLURM the PMI
+job name is ``<job id>.<step>``, so a later job with the same id (a fresh test cluster numbers
+its jobs from 1 again; a cluster whose job ids wrapped) opens the dead job's file in
+``MPI_Init`` and fails there ("Out of memory" in ``MPIDI_POSIX_comm_bootstrap``, or "Message
+truncated").
+
+A segment is dead when no live process has it mapped or open: the ranks of the job that made
+it map it for their whole life, and the process creating one holds it open from
+``shm_open`` until it has mapped it, so a segment being made right now is never taken for
+dead. Only segments that appeared after a given moment are removed (the ones the caller's own
+job made), unless the caller asks for all.
+
+Standard library only: the per-rank supervisor loads this file by path.
+"""
+
+import os
+
+SHM_DIR = "/dev/shm"
+PREFIX = "mpich_shm_"
+
+
+def segments(shm_dir=SHM_DIR):
+    """The names of MPICH's segments in ``shm_dir`` now (a set; empty where there is none)."""
+    try:
+        return {name for name in os.listdir(shm_dir) if name.startswith(PREFIX)}
+    except OSError:
+        return set()
+
+
+def _in_use(paths):
+    """Of ``paths``, those that some live process has mapped or open (read from /proc)."""
+    used = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/maps", "rb") as f:
+                maps = f.read()
+        except OSError:
+            continue  # gone, or not ours to read
+        used.update(p for p in paths if p.encode() in maps)
+        try:
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                try:
+                    target = os.readlink(f"/proc/{entry}/fd/{fd}")
+                except OSError:
+                    continue
+                if target in paths:
+                    used.add(target)
+        except OSError:
+            continue
+    return used
+
+
+def remove_dead(before=None, shm_dir=SHM_DIR):
+    """Removes MPICH segments that no live process uses; returns the names removed.
+
+    Args:
+        before: the result of :func:`segments` taken before the caller's job started: those
+            are left alone (another job's). ``None`` considers every segment.
+        shm_dir: where the segments live.
+    """
+    candidates = segments(shm_dir) - (before or set())
+    if not candidates:
+        return []
+    paths = {os.path.join(shm_dir, name) for name in candidates}
+    removed = []
+    for path in sorted(paths - _in_use(paths)):
+        try:
+            os.unlink(path)
+        except OSError:
+            continue  # removed meanwhile, or not ours
+        removed.append(os.path.basename(path))
+    return removed
