@@ -9,13 +9,25 @@ Threads: two threads interleave their calls differently on each rank, so a count
 by them would pair one thread's call on rank 0 with the other thread's call on rank 1 and
 silently reduce the wrong tensors together. Each thread therefore counts for itself. The
 main thread's automatic names are ``<kind>.noname.<n>``; another thread's are
-``<kind>.noname[<thread name>].<n>``, so such a thread must have the same name on every rank
-(name the threads that issue unnamed collectives: Python's default names count every thread
-the process started, which can differ between ranks). Two live threads with the same name
-cannot be told apart: their unnamed collectives raise ValueError asking for ``name=``.
+``<kind>.noname[<thread name>].<n>``, so such a thread must do the same work under the same
+name on every rank. Where that cannot be known, an unnamed collective raises ValueError
+asking for ``name=``, on every rank alike (each rank makes the same call from the same kind of
+thread), instead of pairing different calls:
+- from a thread pool's worker (``concurrent.futures.ThreadPoolExecutor``,
+  ``multiprocessing.pool.ThreadPool``): a pool hands its tasks to its threads in a different
+  order on each rank, whatever the threads are called;
+- from a thread with Python's default name (``Thread-N``, ``Thread-N (target)``, or
+  ``Dummy-N`` for a thread not started by ``threading``): N counts the threads the process
+  started, so it names different threads on ranks that started them in another order;
+- from one of two live threads with the same name: they cannot be told apart.
 """
 
 import collections
+import concurrent.futures.thread
+import multiprocessing.pool
+import os
+import re
+import sys
 import threading
 
 _lock = threading.Lock()
@@ -38,12 +50,54 @@ def tensor_name(kind, name=None, process_set_id=0):
     thread = threading.current_thread()
     owner = None if thread is threading.main_thread() else thread.name
     if owner is not None:
+        _check_thread(thread, kind)
         _check_unique(thread, kind)
     with _lock:
         key = (owner, kind, process_set_id)
         n = _counters[key]
         _counters[key] += 1
     return f"{kind}.noname.{n}" if owner is None else f"{kind}.noname[{owner}].{n}"
+
+
+# Python's own names for threads it names: Thread-N, Thread-N (target), Dummy-N.
+_DEFAULT_NAME = re.compile(r"(?:Thread|Dummy)-\d+(?: \(.*\))?")
+_POOL_MODULES = {os.path.realpath(m.__file__) for m in (concurrent.futures.thread,
+                                                        multiprocessing.pool)}
+_THREADING = os.path.realpath(threading.__file__)
+_pool_worker = threading.local()  # .value: whether this thread is a pool's worker (cached)
+
+
+def _is_pool_worker():
+    """Whether the calling thread's target (its outermost frame outside threading.py) is a
+    thread pool's worker loop. The same for the thread's whole life, so cached per thread."""
+    known = getattr(_pool_worker, "value", None)
+    if known is None:
+        frame, target = sys._getframe(1), None
+        while frame is not None:
+            if os.path.realpath(frame.f_code.co_filename) != _THREADING:
+                target = frame
+            frame = frame.f_back
+        known = target is not None and os.path.realpath(target.f_code.co_filename) in _POOL_MODULES
+        _pool_worker.value = known
+    return known
+
+
+def _check_thread(thread, kind):
+    if _is_pool_worker():
+        why = (f"thread {thread.name!r} is a worker of a thread pool. A pool hands its tasks "
+               "to its threads in a different order on each rank")
+    elif _DEFAULT_NAME.fullmatch(thread.name):
+        why = (f"thread {thread.name!r} has Python's default name. Its number counts the "
+               "threads this process started, so it can name a thread doing other work on "
+               "another rank")
+    else:
+        return
+    raise ValueError(
+        f"Unnamed {kind} from a thread other than the main one, but {why}: ranks would pair "
+        "different calls and silently combine the wrong tensors. Pass name= to each collective "
+        "(unique to the call and the same on every rank, e.g. name=f'item.{i}' for task i), "
+        "or issue unnamed collectives only from threads you start and name yourself, the same "
+        "on every rank (threading.Thread(name=...)).")
 
 
 def _check_unique(thread, kind):

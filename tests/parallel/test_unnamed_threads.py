@@ -5,7 +5,8 @@ interleave their calls differently on each rank, so one shared counter would pai
 call on rank 0 with thread b's call on rank 1 and return wrong sums without any error. The
 counters are therefore kept per thread (the main thread's, and one per thread name for the
 others), and two live threads with the same name that issue unnamed collectives get an error
-asking for name=.
+asking for name=. So do unnamed collectives from a thread pool or from a thread
+with Python's default name (kerashvd/_names.py says why).
 """
 
 import threading
@@ -111,3 +112,65 @@ def test_a_thread_reusing_a_finished_threads_name_continues_its_counter(hvd, kin
         assert not _run_threads([("kerashvd.test.reused", call)])
     expected = list(map(float, range(n))) if kind == "allgather" else [float(n - 1)]
     assert got == [expected] * 3
+
+
+def _refusals(calls):
+    """Runs each call, returns the messages of the ValueErrors they raised."""
+    messages = []
+    for call in calls:
+        try:
+            call()
+        except ValueError as err:
+            messages.append(str(err))
+    return messages
+
+
+@pytest.mark.parametrize("pool", ["ThreadPoolExecutor", "ThreadPool", "named prefix"])
+def test_unnamed_collectives_from_a_thread_pool_are_refused(hvd, pool):
+    """A pool hands its tasks to its threads in a different order on each rank: unnamed calls
+    would pair task i on one rank with task j on another (wrong sums, or a hang). Every rank
+    refuses them alike; with name= per task the same pool gives the right sums."""
+    import concurrent.futures
+    import multiprocessing.pool
+
+    n, r = hvd.size(), hvd.rank()
+
+    def task(i, name=None):
+        return hvd.allreduce(tf.constant(1000.0 * i + r), op=hvd.Sum, name=name).numpy()
+
+    def unnamed(i):
+        return _refusals([lambda: task(i)])
+
+    if pool == "ThreadPool":
+        with multiprocessing.pool.ThreadPool(2) as executor:
+            refused = executor.map(unnamed, range(20))
+            named = executor.map(lambda i: task(i, f"pool.{pool}.{i}"), range(20))
+    else:
+        prefix = "kerashvd-test-pool" if pool == "named prefix" else ""
+        with concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix=prefix) as executor:
+            refused = list(executor.map(unnamed, range(20)))
+            named = list(executor.map(lambda i: task(i, f"pool.{pool}.{i}"), range(20)))
+    assert all(len(messages) == 1 for messages in refused), refused
+    message = refused[0][0]
+    assert "is a worker of a thread pool" in message and "Pass name=" in message, message
+    expected = [1000.0 * i * n + n * (n - 1) / 2 for i in range(20)]
+    assert [float(x) for x in named] == expected
+
+
+def test_unnamed_collectives_from_a_default_named_thread_are_refused(hvd):
+    """Thread-N numbers threads in the order a rank started them, which can differ."""
+    messages = []
+    thread = threading.Thread(target=lambda: messages.extend(
+        _refusals([lambda: hvd.allgather(tf.constant([1.0]))])))
+    thread.start()
+    thread.join(timeout=60)
+    assert len(messages) == 1, messages
+    assert f"thread {thread.name!r} has Python's default name" in messages[0], messages[0]
+    # Named collectives from it, and unnamed ones from the main thread, still work.
+    results = []
+    thread = threading.Thread(target=lambda: results.append(
+        hvd.allreduce(tf.constant(2.0), op=hvd.Sum, name="default_thread.named")))
+    thread.start()
+    thread.join(timeout=60)
+    assert float(results[0]) == 2.0 * hvd.size()
+    assert float(hvd.allreduce(tf.constant(1.0), op=hvd.Sum)) == hvd.size()
