@@ -1,7 +1,6 @@
 """Average epoch-end metrics over ranks, so every rank's callbacks see the same numbers."""
 
 import numbers
-import zlib
 
 import numpy as np
 import tensorflow as tf
@@ -28,13 +27,16 @@ class MetricAverageCallback(Callback):
     over uneven shards use :class:`DistributedValidationCallback`, which reduces the metric
     states instead (averaging its already-global ``val_*`` values again changes nothing).
 
-    Numeric values (Python and numpy numbers, 0-d tensors) are reduced in one float64
-    allreduce (``callbacks.metric_average.<epoch>``), in sorted key order; other values are
-    left alone. Every rank must log the same numeric keys; otherwise every rank raises a
-    ``ValueError`` naming its keys.
+    Ranks may log different metric names: a rank without any training batch in an epoch
+    (allowed under :class:`JoinCallback`) logs no ``loss``, for instance. Each metric is
+    averaged over the ranks that logged it: a rank without a value contributes nothing and
+    is not counted, and afterwards every rank's logs hold every metric that some rank logged,
+    with the same value everywhere.
 
-    Raises:
-        ValueError: when ranks log different numeric keys.
+    Numeric values (Python and numpy numbers, 0-d tensors) are averaged; other values are
+    left alone. Each epoch costs one allgather of the metric names
+    (``callbacks.metric_average.<epoch>.keys``) and one float64 allreduce of the values and
+    of how many ranks have each (``callbacks.metric_average.<epoch>``).
 
     Example:
 
@@ -47,9 +49,8 @@ class MetricAverageCallback(Callback):
     """
 
     def on_epoch_end(self, epoch, logs=None):
-        if logs is None:
-            return
-        average_logs(logs, name=f"callbacks.metric_average.{epoch}")
+        # Every rank must take part, also one that was given no logs dict.
+        average_logs({} if logs is None else logs, name=f"callbacks.metric_average.{epoch}")
 
 
 def _is_numeric(value):
@@ -62,24 +63,21 @@ def _is_numeric(value):
 
 
 def average_logs(logs, name):
-    """Averages the numeric values of ``logs`` over ranks, in place. Returns ``logs``.
+    """Averages the numeric values of ``logs`` over the ranks that have them, in place.
+    Returns ``logs``.
 
-    One float64 allreduce carries a 16-bit hash of the sorted keys, its square, and the
-    values. By Cauchy-Schwarz, ``n * sum(h*h) == sum(h)**2`` (exact in integers) holds only
-    when every rank's hash is the same, so ranks that log different keys get an error on
-    every rank instead of silently mixed numbers.
+    The ranks first agree on the sorted union of their numeric keys (an allgather of the
+    names), then one float64 allreduce sums, per key, the values and the number of ranks that
+    logged it (a rank without the key adds 0 to both).
     """
-    keys = sorted(k for k, v in logs.items() if _is_numeric(v))
-    key_hash = float(zlib.crc32("\0".join(keys).encode()) & 0xFFFF)
-    values = np.array([key_hash, key_hash * key_hash] + [float(logs[k]) for k in keys], np.float64)
-    summed = hvd.allreduce(tf.constant(values), op=hvd.Sum, name=name).numpy()
-    world = hvd.size()
-    if world * int(summed[1]) != int(summed[0]) ** 2:
-        raise ValueError(
-            f"MetricAverageCallback: ranks logged different metric names, so they cannot be "
-            f"averaged. This rank's numeric keys: {keys}. Give metrics explicit names and make "
-            "every rank run the same metrics and validation (every rank needs at least one "
-            "validation batch).")
-    for key, value in zip(keys, summed[2:] / world):
-        logs[key] = float(value)
+    mine = {k: float(v) for k, v in logs.items() if _is_numeric(v)}
+    every_rank = hvd.allgather_object(sorted(mine), name=name + ".keys")
+    keys = sorted(set().union(*every_rank))
+    if not keys:
+        return logs
+    values = [mine.get(k, 0.0) for k in keys] + [float(k in mine) for k in keys]
+    summed = hvd.allreduce(tf.constant(values, tf.float64), op=hvd.Sum, name=name).numpy()
+    totals, counts = summed[:len(keys)], summed[len(keys):]
+    for key, total, count in zip(keys, totals, counts):
+        logs[key] = float(total / count)  # count >= 1: some rank logged the key
     return logs

@@ -275,12 +275,20 @@ def test_metric_average_in_place_on_numeric_values(hvd):
     assert hvd.allgather_object(logs) == [logs] * n
 
 
-def test_metric_average_rejects_different_keys(hvd):
-    if hvd.size() == 1:
-        pytest.skip("needs two ranks")
-    logs = {"loss": 1.0} if hvd.rank() == 0 else {"val_loss": 1.0}
-    with pytest.raises(ValueError, match="different metric names"):
-        hvd.callbacks.MetricAverageCallback().on_epoch_end(5, logs)
+def test_metric_average_over_the_ranks_that_have_a_metric(hvd):
+    """Ranks log different names: each is averaged over the ranks that logged it."""
+    n, r = hvd.size(), hvd.rank()
+    logs = {"loss": float(r)} if r % 2 == 0 else {"val_loss": float(r), "tag": "odd"}
+    hvd.callbacks.MetricAverageCallback().on_epoch_end(5, logs)
+    even, odd = list(range(0, n, 2)), list(range(1, n, 2))
+    assert logs["loss"] == pytest.approx(np.mean(even))
+    if odd:
+        assert logs["val_loss"] == pytest.approx(np.mean(odd))
+    assert sorted(k for k in logs if k != "tag") == (["loss", "val_loss"] if odd else ["loss"])
+    assert ("tag" in logs) == (r % 2 == 1)
+    empty = {}
+    hvd.callbacks.MetricAverageCallback().on_epoch_end(6, empty)
+    assert empty == {}
 
 
 class _Logs(keras.callbacks.Callback):

@@ -174,3 +174,44 @@ def test_fit_with_agreed_steps_per_epoch(hvd):
               callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
     assert int(model.optimizer.iterations) == EPOCHS * steps
     _same_everywhere(hvd, model.get_weights(), "weights (agreed steps)")
+
+
+class _LogsBeforeAveraging(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.epochs = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append(dict(logs or {}))
+
+
+def test_metric_average_with_an_empty_shard(hvd):
+    """Rank 1 has no training batch: its epoch logs have no loss or mae. MetricAverageCallback
+    must not fail on the different metric names; every rank ends with the same logs, each
+    metric averaged over the ranks that logged it."""
+    if USES_TF_KERAS:
+        pytest.skip("tf_keras' Model.fit refuses an empty dataset; documented in JoinCallback")
+    n, r = hvd.size(), hvd.rank()
+    model = _model(50 + r)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(LR)), loss="mse",
+                  metrics=["mae"])
+    x, y = _train_data(r)
+    if r == 1:
+        x, y = x[:0], y[:0]
+    train = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    before = _LogsBeforeAveraging()
+    history = model.fit(train, epochs=EPOCHS, verbose=0, shuffle=False,
+                        callbacks=[hvd.callbacks.JoinCallback(),
+                                   hvd.callbacks.BroadcastGlobalVariablesCallback(0), before,
+                                   hvd.callbacks.MetricAverageCallback()])
+    if n > 1:  # the empty rank logged no training metric of its own
+        assert "loss" not in hvd.allgather_object(before.epochs, name="uneven.empty.b")[1][0]
+    all_before = hvd.allgather_object(before.epochs, name="uneven.empty.before")
+    assert hvd.allgather_object(history.history, name="uneven.empty.history") == \
+        [history.history] * n
+    assert sorted(history.history) == ["loss", "mae"]
+    for key, values in history.history.items():
+        for epoch, value in enumerate(values):
+            have = [logs[epoch][key] for logs in all_before if key in logs[epoch]]
+            assert len(have) == n - (n > 1)
+            assert value == pytest.approx(np.mean(have), rel=1e-12)
