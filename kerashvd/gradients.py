@@ -2,8 +2,7 @@
 
 The definitions are Horovod's (horovod/tensorflow/mpi_ops.py), so that scripts written for
 Horovod train the same way. Each gradient is itself a collective in the forward op's process
-set (n members), keyed by the forward op's name plus ``.grad`` so every rank's backward pass
-matches up. With g the incoming gradient of this rank:
+set (n members). With g the incoming gradient of this rank:
 - allreduce: the same reduction of g, with the same scale factors (Sum stays Sum, Average
   stays Average): the gradient of the sum of the ranks' losses.
 - allgather: the Average allreduce of g, then the rows this rank contributed: the gradient of
@@ -14,15 +13,29 @@ matches up. With g the incoming gradient of this rank:
   prescale_factor * postscale_factor: n times the gradient of the sum of the ranks' losses
   (Horovod's scaling, kept for compatibility).
 - alltoall: g sent back along the received splits: the gradient of the sum of the losses.
-Grouped variants are the same per tensor.
+Grouped variants are the same per tensor. Their gradients may have several dtypes (a float32
+``output_gradients`` for a float64 output, say), while one grouped op takes one dtype: the
+gradient runs one grouped collective per dtype, in order of first appearance.
+
+Names. Every rank's backward pass must key its collectives alike, and one forward op can be
+differentiated several times (a persistent tape asked twice, two tapes over one op), each
+call making its own collectives, so the name depends on the call: the first gradient of
+forward op ``<key>`` in a graph is ``<key>.grad``, the next ``<key>.grad.call1``, and so on
+(counted per outermost graph, as SyncBatchNormalization counts its calls, so that a rank
+that retraces a function more often than another still agrees with it; a process-wide
+counter would not). Eagerly each gradient runs to completion before the next starts, so it
+is always ``<key>.grad``. Several dtypes add ``.<dtype>`` to the name of each group's op.
 
 Code that needs the gradient of the sum of the ranks' losses through an allgather (layers
 that gather statistics, such as SyncBatchNormalization) multiplies it back with
 :func:`scale_gradient`.
 """
 
+import weakref
+
 import tensorflow as tf
 
+from . import _names
 from ._ops import OPS
 from .reduce_ops import Average, Sum
 
@@ -41,8 +54,40 @@ def scale_gradient(tensor, factor):
     return identity(tensor)
 
 
+# Outermost graph -> {forward key: gradient calls made in it} (see "Names" above).
+_grad_calls = weakref.WeakKeyDictionary()
+
+
+def _outermost_graph():
+    graph = tf.compat.v1.get_default_graph()
+    while getattr(graph, "outer_graph", None) is not None:
+        graph = graph.outer_graph
+    return graph
+
+
 def _name(op):
-    return op.get_attr("tensor_name").decode() + ".grad"
+    """The key of one gradient call of ``op``: the same on every rank, new for each call."""
+    forward = op.get_attr("tensor_name").decode()
+    if tf.executing_eagerly():
+        return _names.tensor_name(forward, "grad")
+    calls = _grad_calls.setdefault(_outermost_graph(), {})
+    n = calls.get(forward, 0)
+    calls[forward] = n + 1
+    return _names.tensor_name(forward, "grad" if n == 0 else f"grad.call{n}")
+
+
+def _per_dtype(grouped_op, tensors, name):
+    """Runs ``grouped_op(tensors_of_one_dtype, name)`` once per dtype among ``tensors``;
+    returns the outputs in the order of ``tensors``."""
+    groups = {}
+    for i, t in enumerate(tensors):
+        groups.setdefault(t.dtype, []).append(i)
+    out = [None] * len(tensors)
+    for dtype, positions in groups.items():
+        key = name if len(groups) == 1 else f"{name}.{dtype.name}"
+        for i, result in zip(positions, grouped_op([tensors[i] for i in positions], key)):
+            out[i] = result
+    return out
 
 
 def _set(op):
@@ -62,9 +107,9 @@ def _allreduce_grad(op, grad):
 
 @tf.RegisterGradient("KerashvdGroupedAllreduce")
 def _grouped_allreduce_grad(op, *grads):
-    return OPS.kerashvd_grouped_allreduce(list(grads), reduce_op=op.get_attr("reduce_op"),
-                                          tensor_name=_name(op), process_set_id=_set(op),
-                                          **_scales(op))
+    return _per_dtype(lambda ts, key: OPS.kerashvd_grouped_allreduce(
+        ts, reduce_op=op.get_attr("reduce_op"), tensor_name=key, process_set_id=_set(op),
+        **_scales(op)), grads, _name(op))
 
 
 def _own_rows(op, reduced, first_dims):
@@ -85,8 +130,8 @@ def _allgather_grad(op, grad):
 @tf.RegisterGradient("KerashvdGroupedAllgather")
 def _grouped_allgather_grad(op, *grads):
     name, ps = _name(op), _set(op)
-    averaged = OPS.kerashvd_grouped_allreduce(list(grads), reduce_op=Average, tensor_name=name,
-                                              process_set_id=ps)
+    averaged = _per_dtype(lambda ts, key: OPS.kerashvd_grouped_allreduce(
+        ts, reduce_op=Average, tensor_name=key, process_set_id=ps), grads, name)
     dims = OPS.kerashvd_grouped_allgather(
         [tf.shape(x, out_type=tf.int64)[:1] for x in op.inputs], tensor_name=name + ".dims",
         process_set_id=ps)
@@ -116,15 +161,15 @@ def _broadcast_grad(op, grad):
 
 @tf.RegisterGradient("KerashvdGroupedBroadcast")
 def _grouped_broadcast_grad(op, *grads):
-    averaged = OPS.kerashvd_grouped_allreduce(list(grads), reduce_op=Average,
-                                              tensor_name=_name(op), process_set_id=_set(op))
-    return _on_root_only(op, list(averaged))
+    averaged = _per_dtype(lambda ts, key: OPS.kerashvd_grouped_allreduce(
+        ts, reduce_op=Average, tensor_name=key, process_set_id=_set(op)), grads, _name(op))
+    return _on_root_only(op, averaged)
 
 
 def _scatter_grad(op, grads):
     from .process_sets import set_size
-    gathered = OPS.kerashvd_grouped_allgather(list(grads), tensor_name=_name(op),
-                                              process_set_id=_set(op))
+    gathered = _per_dtype(lambda ts, key: OPS.kerashvd_grouped_allgather(
+        ts, tensor_name=key, process_set_id=_set(op)), grads, _name(op))
     scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
     if op.get_attr("reduce_op") == Sum:
         scale *= set_size(_set(op))

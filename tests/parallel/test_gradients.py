@@ -190,3 +190,46 @@ def test_gradient_through_a_nonlinear_model(hvd):
     got = tape.gradient(loss, x)
     expected = 2 * x.numpy() * np.sum(w, axis=0) / n / n
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["grouped_allreduce", "grouped_allgather", "grouped_broadcast",
+                                  "grouped_reducescatter"])
+def test_grouped_gradient_with_mixed_dtypes(hvd, case):
+    """float64 outputs with a float32 and a float64 output gradient (as in Horovod's tests): the
+    gradient's grouped collective cannot take both dtypes in one op."""
+    n, r = hvd.size(), hvd.rank()
+    shapes, forward, model = CASES[case]
+    xs = [[rank_input(f"grad.mixed/{case}/x{i}", q, s, "float64") for i, s in enumerate(shapes(q, n))]
+          for q in range(n)]
+    x = [tf.constant(v) for v in xs[r]]
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        ys = forward(hvd, x, f"grad.mixed/{case}")
+    # Output gradients all ones: the expected gradient is the one of the weights-one problem.
+    ones = [[np.ones(np.shape(y)) for y in outs] for outs in model(xs, n)]
+    got = tape.gradient(ys, x, output_gradients=[tf.ones_like(ys[0], tf.float32),
+                                                 tf.ones_like(ys[1], tf.float64)])
+    assert [g.dtype for g in got] == [tf.float32, tf.float64]
+    _check(case, got, _expected_grads(case, xs, [o for o in ones], r, n), "mixed")
+
+
+def test_two_gradient_calls_of_one_op_in_a_graph(hvd):
+    """A persistent tape asked twice inside tf.function: each gradient call needs its own
+    collectives (one shared name made one rank fail and the other wait)."""
+    n, r = hvd.size(), hvd.rank()
+
+    @tf.function
+    def grads(x):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            y = hvd.allgather(x, name="grad.twice")
+            z = hvd.grouped_reducescatter([tf.concat([x] * n, 0)], op=hvd.Sum, name="grad.twice")
+            first, second = tf.reduce_sum(y) + tf.reduce_sum(z[0]), tf.reduce_sum(y * y)
+        return tape.gradient(first, x), tape.gradient(second, x)
+
+    x = tf.fill([2, 3], float(r + 1))
+    got_first, got_second = grads(x)
+    # d/dx of sum(allgather): ones averaged over ranks (1); of sum(reducescatter_sum(n copies
+    # of x)): n * (n copies of ones, allgathered... and scaled by n) summed over the copies.
+    np.testing.assert_allclose(got_first.numpy(), np.full([2, 3], 1.0 + n * n))
+    np.testing.assert_allclose(got_second.numpy(), np.full([2, 3], 2.0 * (r + 1)))
