@@ -123,6 +123,8 @@ _LAZY = {
     "PartialDistributedGradientTape": ".partial",
     "SyncBatchNormalization": ".sync_batch_norm",
     "load_model": ".saving",
+    "HorovodInternalError": ".exceptions",
+    "HostsUpdatedInterrupt": ".exceptions",
     "data": ".data",
     "callbacks": ".callbacks",
 }

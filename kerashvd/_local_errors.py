@@ -12,6 +12,11 @@ matching across ranks.
 
 Only the first collective of a call is reported: the others' later collectives of that call
 are never issued, since the first one raised.
+
+Bad alltoall splits and a call from outside the process set raise
+:class:`InvalidArgumentError`, which is both ``tf.errors.InvalidArgumentError`` (the type
+Horovod raises for them, and the type the other ranks and the kernels raise for the same
+mistake) and ``ValueError`` (what kerashvd raised before, so existing handlers still work).
 """
 
 import contextlib
@@ -19,6 +24,18 @@ import contextlib
 import tensorflow as tf
 
 from ._ops import OPS
+
+class InvalidArgumentError(tf.errors.InvalidArgumentError, ValueError):
+    """A collective's argument is wrong: ``tf.errors.InvalidArgumentError`` as in Horovod, and
+    a ``ValueError`` for code that catches that."""
+
+    def __init__(self, message):
+        super().__init__(None, None, message)
+        self.args = (message,)
+
+    def __reduce__(self):
+        return type(self), (self.message,)
+
 
 # The engine's OpType numbers (ops/core/types.h).
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = range(5)

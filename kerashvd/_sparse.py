@@ -40,9 +40,26 @@ def allreduce(slices, op, key, process_set_id, prescale=1.0, postscale=1.0):
                             dense_shape=slices.dense_shape)
 
 
+def _dtype_name(values):
+    """The dtype name ``values`` has or converts to; "" when it converts to nothing (the
+    caller's checks then raise)."""
+    dtype = getattr(values, "dtype", None)
+    try:
+        return tf.as_dtype(dtype).name if dtype is not None else tf.convert_to_tensor(values).dtype.name
+    except (TypeError, ValueError):
+        return ""
+
+
 def values_key(key, slices_list):
-    """The name of the first collective :func:`grouped_allreduce` issues."""
-    return f"{key}.values.{min(s.values.dtype.name for s in slices_list)}"
+    """The name of the first collective :func:`grouped_allreduce` issues. Works before the
+    values are checked (they may still be lists), so that a failed check reaches the peers
+    under that name."""
+    return f"{key}.values.{min(_dtype_name(s.values) for s in slices_list)}"
+
+
+def with_values(slices, values):
+    """``slices`` with its values replaced by ``values`` (the checked tensor)."""
+    return tf.IndexedSlices(values, slices.indices, dense_shape=slices.dense_shape)
 
 
 def grouped_allreduce(slices_list, op, key, process_set_id, prescale=1.0, postscale=1.0):

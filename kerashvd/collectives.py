@@ -15,7 +15,8 @@ import numpy as np
 import tensorflow as tf
 
 from . import _names, _sparse
-from ._local_errors import ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, shared_with_peers
+from ._local_errors import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER,
+                            InvalidArgumentError, shared_with_peers)
 from ._xla import check_not_xla
 from ._ops import OPS
 from .compression import Compression
@@ -63,7 +64,7 @@ def _check_splits(splits, rows, n, what="alltoall"):
     """Validates alltoall splits known in Python (a list or an eager tensor) for n ranks.
 
     Returns them as ints, or None for a symbolic tensor (inside tf.function), which the kernel
-    checks at run time.
+    checks at run time. Raises InvalidArgumentError (also a ValueError) for bad splits.
     """
     if isinstance(splits, (tf.Tensor, tf.Variable)) and not tf.executing_eagerly():
         return None
@@ -71,24 +72,25 @@ def _check_splits(splits, rows, n, what="alltoall"):
         raw = splits.numpy() if hasattr(splits, "numpy") else splits
         values = [float(v) for v in np.asarray(raw).reshape(-1)]
         if np.ndim(raw) != 1:
-            raise ValueError
+            raise ValueError  # caught below
     except (TypeError, ValueError, NotImplementedError):
         if not tf.executing_eagerly():
             return None  # e.g. a list of symbolic tensors: the kernel checks them
-        raise ValueError(f"{what}: splits must be a list or vector of row counts, one per rank "
-                         f"({n}); received {splits!r}") from None
+        raise InvalidArgumentError(
+            f"{what}: splits must be a list or vector of row counts, one per rank ({n}); "
+            f"received {splits!r}") from None
     if len(values) != n:
-        raise ValueError(f"{what}: splits must have one entry per rank ({n}); received "
-                         f"{len(values)} entries: {_shown(values)}")
+        raise InvalidArgumentError(f"{what}: splits must have one entry per rank ({n}); "
+                                   f"received {len(values)} entries: {_shown(values)}")
     if not all(np.isfinite(v) and v == int(v) for v in values):
-        raise ValueError(f"{what}: splits must be whole numbers of rows; received "
-                         f"{_shown(values)}")
+        raise InvalidArgumentError(f"{what}: splits must be whole numbers of rows; received "
+                                   f"{_shown(values)}")
     values = [int(v) for v in values]
     if any(v < 0 for v in values):
-        raise ValueError(f"{what}: splits must be >= 0; received {values}")
+        raise InvalidArgumentError(f"{what}: splits must be >= 0; received {values}")
     if rows is not None and sum(values) != rows:
-        raise ValueError(f"{what}: splits sum to {sum(values)} but the tensor has {rows} rows; "
-                         "they must be equal.")
+        raise InvalidArgumentError(f"{what}: splits sum to {sum(values)} but the tensor has "
+                                   f"{rows} rows; they must be equal.")
     return values
 
 
@@ -144,8 +146,10 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
         A tensor of the input's shape and dtype (``tf.IndexedSlices`` for IndexedSlices).
 
     Raises:
-        TypeError: for an unsupported dtype. ValueError: for a bad ``op``.
-        NotImplementedError: for IndexedSlices with an op other than Sum and Average.
+        ValueError: for a bad ``op`` (checked first, before the tensor).
+        NotImplementedError: for ``op=kerashvd.Adasum`` (as in Horovod), and for
+            IndexedSlices with an op other than Sum and Average.
+        TypeError: for an unsupported dtype.
         tf.errors.FailedPreconditionError: when ranks disagree on shape, dtype or op.
         tf.errors.InvalidArgumentError: when another rank's arguments were wrong.
 
@@ -162,8 +166,9 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     if isinstance(tensor, tf.IndexedSlices):
         with shared_with_peers(ALLGATHER, key + ".values", ps):
             op = resolve_op(op, average)
-            _sparse.check_op(op, "allreduce")
-            _as_tensor(tensor.values, "allreduce", _REDUCE_DTYPES)
+            _sparse.check_op(op, "allreduce")  # the op first: it needs no values
+            tensor = _sparse.with_values(tensor, _as_tensor(tensor.values, "allreduce",
+                                                            _REDUCE_DTYPES))
         return _sparse.allreduce(tensor, op, key, ps, prescale_factor, postscale_factor)
     with shared_with_peers(ALLREDUCE, key, ps):
         op = resolve_op(op, average)
@@ -212,9 +217,10 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     with shared_with_peers(*first, ps):
         op = resolve_op(op, average)
         if sparse:
-            _sparse.check_op(op, "grouped_allreduce")
+            _sparse.check_op(op, "grouped_allreduce")  # the op first: it needs no values
             for i in sparse:
-                _as_tensor(tensors[i].values, "grouped_allreduce", _REDUCE_DTYPES)
+                tensors[i] = _sparse.with_values(
+                    tensors[i], _as_tensor(tensors[i].values, "grouped_allreduce", _REDUCE_DTYPES))
         dense_tensors = _as_tensor_list([tensors[i] for i in dense], "grouped_allreduce",
                                         _REDUCE_DTYPES)
     out = [None] * len(tensors)
@@ -338,9 +344,10 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
         ``(received, received_splits)``.
 
     Raises:
-        ValueError: for splits that do not fit the tensor (checked at run time, as
-            ``tf.errors.InvalidArgumentError``, for a tensor inside ``tf.function``).
-        tf.errors.InvalidArgumentError: when another rank's splits were wrong.
+        tf.errors.InvalidArgumentError: for splits that do not fit the tensor (as in Horovod;
+            the error is also a ``ValueError``, except when the kernel checks symbolic splits
+            inside ``tf.function`` at run time), when this rank is not in ``process_set``, and
+            when another rank's splits were wrong.
 
     Example:
 
@@ -359,9 +366,9 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
         rows = tensor.shape[0] if tensor.shape.rank else None
         if splits is None:
             if rows is not None and rows % n != 0:
-                raise ValueError(f"alltoall without splits needs a first dimension divisible by "
-                                 f"the number of ranks ({n}); received {rows} rows. Pass "
-                                 "splits= to send uneven parts.")
+                raise InvalidArgumentError(
+                    "alltoall without splits needs a first dimension divisible by the number "
+                    f"of ranks ({n}); received {rows} rows. Pass splits= to send uneven parts.")
         else:
             checked = _check_splits(splits, rows, n)
     split_tensor = tf.zeros([0], tf.int64) if splits is None else _split_tensor(splits, checked)

@@ -13,7 +13,8 @@ Min = 2
 Max = 3
 Product = 4
 # Horovod's adaptive summation. Defined so that scripts which name it still import and run;
-# kerashvd does not implement it, and every collective refuses it with a clear error.
+# kerashvd does not implement it, and every collective refuses it with NotImplementedError
+# (Horovod's type for an operation it lacks).
 Adasum = 5
 
 _NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
@@ -30,7 +31,7 @@ def resolve_op(op, average, allowed=tuple(_NAMES)):
     if op is None:
         op = Sum if average is False else Average
     if op == Adasum and not isinstance(op, bool):
-        raise ValueError(_ADASUM_MESSAGE)
+        raise NotImplementedError(_ADASUM_MESSAGE)
     if op not in allowed:
         names = ", ".join(f"kerashvd.{_NAMES[a]}" for a in allowed)
         raise ValueError(f"op must be one of {names}; received op={op!r}")
@@ -42,6 +43,6 @@ def op_name(op):
 
 
 def check_not_adasum(op):
-    """Raises the Adasum error for ``op=Adasum`` (for APIs that validate ``op`` themselves)."""
+    """Raises the Adasum NotImplementedError for ``op=Adasum`` (for APIs that validate ``op`` themselves)."""
     if op == Adasum and not isinstance(op, bool):
-        raise ValueError(_ADASUM_MESSAGE)
+        raise NotImplementedError(_ADASUM_MESSAGE)

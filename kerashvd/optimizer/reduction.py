@@ -91,6 +91,7 @@ class GradientReducer:
 
     Raises:
         ValueError: for an unsupported ``op``, a bad factor, bad or conflicting groups.
+        NotImplementedError: for ``op=kerashvd.Adasum``.
         TypeError: for a compression that is not a ``kerashvd.Compression`` member.
     """
 
