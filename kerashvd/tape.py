@@ -88,6 +88,49 @@ class DistributedGradientTape:
         reduced = self._reducer.reduce(flat_grads, flat_sources)
         return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False)
 
+    @tf.autograph.experimental.do_not_convert
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None,
+                                       unconnected_gradients=tf.UnconnectedGradients.NONE):
+        """Computes :meth:`gradient` and splits it into local and global gradients (Horovod).
+
+        With local layers or sources (model parallelism), the global gradients are the
+        same on every rank after the reduction but the local ones are not, so a quantity over
+        all gradients -- a gradient norm for clipping, say -- has to be computed from the two
+        parts separately (e.g. the global part's norm as it is, the local part's combined over
+        ranks). The gradients are those :meth:`gradient` returns: global ones reduced, local
+        ones divided by ``size()`` when ``scale_local_gradients`` (the default).
+
+        Args:
+            target, sources, output_gradients, unconnected_gradients: as for
+                :meth:`gradient`; ``sources`` is a flat list (or tuple) of variables.
+
+        Returns:
+            A pair ``(local_gradients, global_gradients)`` of lists: the gradients of the
+            sources registered as local (``local_layers``' weights and
+            :meth:`register_local_source`), then those of all other sources, each in the
+            order of ``sources``.
+
+        Raises:
+            TypeError: when ``sources`` is not a flat list or tuple.
+
+        Example:
+
+        >>> tape = hvd.PartialDistributedGradientTape(plain_tape, local_layers=[head])
+        >>> local, shared = tape.get_local_and_global_gradients(loss, model.trainable_variables)
+        >>> shared_norm = tf.linalg.global_norm(shared)  # the same on every rank
+        """
+        if not isinstance(sources, (list, tuple)) or any(
+                isinstance(s, (list, tuple, dict)) for s in sources):
+            raise TypeError("get_local_and_global_gradients needs a flat list of sources (e.g. "
+                            f"model.trainable_variables); received {type(sources).__name__}: "
+                            f"{sources!r:.200}")
+        grads = self.gradient(target, list(sources), output_gradients=output_gradients,
+                              unconnected_gradients=unconnected_gradients)
+        local_ids = self._reducer._local_ids()
+        local = [g for g, s in zip(grads, sources) if id(s) in local_ids]
+        shared = [g for g, s in zip(grads, sources) if id(s) not in local_ids]
+        return local, shared
+
     def __enter__(self):
         self._tape.__enter__()
         return self

@@ -123,6 +123,34 @@ def test_partial_tape_registers_the_layers(hvd):
     assert_identical_on_all_ranks(hvd, [g.numpy() for g in grads[:2]], "partial_tape_shared")
 
 
+def test_partial_tape_local_and_global_gradients(hvd):
+    """Horovod's get_local_and_global_gradients: the gradients gradient() gives, split into
+    those of the local sources and those of the others, each in the order of the sources."""
+    n, r = hvd.size(), hvd.rank()
+    model = _model()
+    x, y = _data(r)
+
+    def partial_tape(name):
+        with tf.GradientTape() as plain:
+            loss = keras.losses.MeanSquaredError()(y[:BATCH], model(x[:BATCH]))
+        return hvd.PartialDistributedGradientTape(plain, local_layers=[model.layers[-1]],
+                                                  name=name), loss
+
+    tape, loss = partial_tape("split_whole")
+    whole = tape.gradient(loss, model.trainable_variables)
+    tape, loss = partial_tape("split_parts")
+    # Sources in a mixed order: a local weight first, a shared one last.
+    variables = model.trainable_variables
+    sources = [variables[2], variables[0], variables[3], variables[1]]
+    local, shared = tape.get_local_and_global_gradients(loss, sources)
+    assert len(local) == 2 and len(shared) == 2
+    for got, want in zip(local + shared, [whole[2], whole[3], whole[0], whole[1]]):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    assert_identical_on_all_ranks(hvd, [g.numpy() for g in shared], "split_shared")
+    with pytest.raises(TypeError, match="flat list of sources"):
+        tape.get_local_and_global_gradients(loss, {"w": variables[0]})
+
+
 @pytest.mark.parametrize("as_layer", [False, True])
 def test_broadcast_leaves_local_variables_alone(hvd, as_layer):
     r = hvd.rank()
