@@ -27,7 +27,7 @@ SEED = int(os.environ.get("KHVD_RANDOM_SEED", "20261126"))
 ROUNDS = 3
 THREADS = 3          # named worker threads per round, plus the main thread
 OPS_PER_THREAD = 8
-JOIN_OPS = ("Sum", "Average", "Min", "Max", "Product")
+REDUCE_OPS = ("Sum", "Average", "Min", "Max", "Product")
 JOIN_PHASE_OPS = ("Sum", "Average")  # reduce ops of the world allreduces while ranks join
 KINDS = ("allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall", "reducescatter")
 DTYPES = ("float32", "float64", "int32", "int64", "float16")
@@ -67,7 +67,7 @@ def _draw_op(rng, key, size, set_names):
     op["mismatch"] = (None if rng.random() > MISMATCH_RATE
                       else ("shape", "dtype")[rng.integers(2)])
     if kind in ("allreduce", "grouped_allreduce"):
-        op["op"] = JOIN_OPS[rng.integers(len(JOIN_OPS))]
+        op["op"] = REDUCE_OPS[rng.integers(len(REDUCE_OPS))]
         count = 1 if kind == "allreduce" else int(rng.integers(1, 4))
         op["shapes"] = [SHAPES[rng.integers(len(SHAPES))] for _ in range(count)]
     elif kind == "reducescatter":
