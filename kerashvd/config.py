@@ -99,8 +99,13 @@ def build_config(overrides):
             source = f"{setting.variable}={os.environ[setting.variable]!r}"
         else:
             continue
-        if not math.isfinite(value) or value < setting.minimum:
-            raise ValueError(f"{key} must be >= {setting.minimum} ({setting.doc}); received {source}")
+        if not math.isfinite(value):
+            # inf/nan pass float() but are no value at all: say so, not ">= minimum".
+            raise ValueError(f"{key} must be a finite number >= {setting.minimum:g} "
+                             f"({setting.doc}); received {source}")
+        if value < setting.minimum:
+            raise ValueError(f"{key} must be >= {setting.minimum:g} ({setting.doc}); "
+                             f"received {source}")
         current = getattr(config, setting.field)
         setattr(config, setting.field, type(current)(value))
     for variable, key in _PATH_SETTINGS.items():

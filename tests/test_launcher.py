@@ -171,6 +171,10 @@ def test_kerashvdrun_flags_become_kerashvd_variables():
     (["-np", "2", "--cycle-time-ms", "0", "python"], "expected a value >= 0.01, received '0'"),
     (["-np", "2", "--cache-capacity", "1.5", "python"], "expected an integer >= 0"),
     (["-np", "2", "--peer-timeout", "0", "python"], "expected a value >= 2, received '0'"),
+    (["-np", "2", "--peer-timeout", "inf", "python"],
+     "expected a finite number >= 2, received 'inf'"),
+    (["-np", "2", "--stall-check-time", "nan", "python"],
+     "expected a finite number >= 0, received 'nan'"),
 ])
 def test_kerashvdrun_bad_arguments_give_clear_errors(args, message, capsys):
     from kerashvd.launcher import cli

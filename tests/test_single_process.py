@@ -181,6 +181,7 @@ def test_bad_values_of_known_settings_make_init_raise():
             ("KERASHVD_TF_THREAD_SPINNING", "2"),
             # Dead-rank detection cannot be switched off, and needs more than a heartbeat (1 s).
             ("KERASHVD_PEER_TIMEOUT", "0"), ("KERASHVD_PEER_TIMEOUT", "1.5"),
+            ("KERASHVD_PEER_TIMEOUT", "inf"), ("KERASHVD_PEER_TIMEOUT", "nan"),
         ]
         for variable, value in bad_variables:
             os.environ[variable] = value
@@ -188,6 +189,8 @@ def test_bad_values_of_known_settings_make_init_raise():
                 hvd.init()
             except ValueError as err:
                 assert variable in str(err) and repr(value) in str(err), (variable, value, str(err))
+                if value in ("inf", "nan", "-inf"):  # not "must be >= 2": it is no number at all
+                    assert "must be a finite number" in str(err), str(err)
             else:
                 raise AssertionError(f"init() with {variable}={value!r} did not raise")
             finally:

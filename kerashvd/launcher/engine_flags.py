@@ -6,6 +6,7 @@ values are checked here so that a typo fails before any process starts.
 
 import argparse
 import dataclasses
+import math
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +61,9 @@ def _number_type(flag):
             kind = "an integer" if flag.kind is int else "a number"
             raise argparse.ArgumentTypeError(
                 f"expected {kind} >= {flag.minimum:g}, received {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(
+                f"expected a finite number >= {flag.minimum:g}, received {text!r}")
         if value < flag.minimum:
             raise argparse.ArgumentTypeError(
                 f"expected a value >= {flag.minimum:g}, received {text!r}")
