@@ -1,6 +1,8 @@
 """Reload a saved Keras model with its optimizer wrapped in a DistributedOptimizer."""
 
 import inspect
+import os
+import zipfile
 
 from ._xla import turn_off_jit_compile
 from .keras_compat import build_optimizer, keras
@@ -44,6 +46,8 @@ def load_model(filepath, custom_objects=None, compile=True, **distributed_optimi
 
     Raises:
         TypeError: for an argument that ``DistributedOptimizer`` does not take.
+        ValueError: for a ``.keras`` file that exists but is not a zip archive (truncated,
+            damaged, or another format renamed); Keras alone reports "File not found" there.
 
     Example:
 
@@ -56,6 +60,7 @@ def load_model(filepath, custom_objects=None, compile=True, **distributed_optimi
     if unknown:
         raise TypeError(f"load_model() got arguments DistributedOptimizer does not take: "
                         f"{unknown}; it takes {list(_WRAPPER_ARGS)}")
+    _check_archive(filepath)
     model = keras.saving.load_model(filepath, custom_objects=custom_objects, compile=compile)
     optimizer = getattr(model, "optimizer", None)
     if not compile or optimizer is None:
@@ -74,6 +79,18 @@ def load_model(filepath, custom_objects=None, compile=True, **distributed_optimi
     wrapped = DistributedOptimizer(optimizer, **settings)
     _recompile(model, wrapped)
     return model
+
+
+def _check_archive(filepath):
+    """A ``.keras`` file is a zip archive; a damaged one gets an error that says so."""
+    path = os.fspath(filepath) if isinstance(filepath, (str, os.PathLike)) else None
+    if path and path.endswith(".keras") and os.path.isfile(path) and not zipfile.is_zipfile(path):
+        raise ValueError(
+            f"Cannot load {path!r}: the file exists ({os.path.getsize(path)} bytes) but is not a "
+            "Keras archive (a .keras file is a zip archive); it is damaged or truncated, e.g. by a "
+            "writer that died mid-save, or it is another format with a .keras name. Load an "
+            "earlier checkpoint (hvd.callbacks.latest_checkpoint names the last complete save "
+            "of hvd.callbacks.ModelCheckpoint) or save the model again.")
 
 
 def _recompile(model, optimizer):

@@ -131,3 +131,22 @@ def test_load_model_turns_xla_off_for_the_distributed_optimizer(hvd, rank_dir):
     reloaded = hvd.load_model(path)
     assert isinstance(reloaded.optimizer, hvd.DistributedOptimizer)
     assert reloaded.jit_compile is False
+
+
+def test_load_model_of_a_damaged_keras_file_says_so(hvd, rank_dir):
+    """Keras alone says "File not found" for a .keras file that is not a zip archive."""
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
+    good = os.path.join(rank_dir, "model.keras")
+    model.save(good)
+    with open(good, "rb") as f:
+        head = f.read(100)
+    for name, content in [("truncated.keras", head), ("empty.keras", b""),
+                          ("text.keras", b"not a model\n")]:
+        path = os.path.join(rank_dir, name)
+        with open(path, "wb") as f:
+            f.write(content)
+        with pytest.raises(ValueError, match="not a Keras archive") as info:
+            hvd.load_model(path)
+        assert repr(path) in str(info.value) and "damaged" in str(info.value)
+    assert isinstance(hvd.load_model(good).optimizer, hvd.DistributedOptimizer)
