@@ -22,6 +22,7 @@ import re
 import socket
 import time
 import uuid
+import warnings
 
 import kerashvd as hvd
 
@@ -189,24 +190,51 @@ def read_record(directory):
     return checkpoint
 
 
-def latest_checkpoint(dirname, *, root_rank=0, broadcast=True):
+def _find(dirname, required):
+    """(checkpoint or None, warning text or None) for ``dirname``; raises as documented."""
+    if not os.path.isdir(dirname):
+        if required:
+            raise FileNotFoundError(
+                f"latest_checkpoint(required=True): the checkpoint directory {dirname!r} does "
+                "not exist. Check the path (a typo would restart training from scratch), or "
+                "pass required=False for a first run.")
+        return None, (f"The checkpoint directory {dirname!r} does not exist: no checkpoint to "
+                      "resume from, training starts from scratch. If you meant to resume, check "
+                      "the path; pass required=True to make this an error.")
+    found = read_record(dirname)
+    if found is None and required:
+        raise FileNotFoundError(
+            f"latest_checkpoint(required=True): the directory {dirname!r} holds no checkpoint "
+            f"record ({RECORD_NAME}, written by hvd.callbacks.ModelCheckpoint). Check the path, "
+            "or pass required=False to start from scratch.")
+    return found, None
+
+
+def latest_checkpoint(dirname, *, root_rank=0, broadcast=True, required=False):
     """Returns the latest :class:`Checkpoint` written by ``ModelCheckpoint`` in ``dirname``.
 
     By default ``root_rank`` reads the record and broadcasts it, so every rank resumes from
     the same epoch even when file systems disagree (every rank must call it then). With
     ``broadcast=False`` each rank reads the record itself and no collective runs.
 
+    A directory that does not exist is most often a mistyped path: rank 0 warns
+    (``UserWarning``) that training starts from scratch, and ``required=True`` makes it an
+    error, as it does a directory without a checkpoint.
+
     Args:
         dirname: the checkpoint directory (the directory of ``ModelCheckpoint``'s files).
         root_rank: the rank that reads the record when broadcasting.
         broadcast: share ``root_rank``'s answer with every rank.
+        required: raise instead of returning None when there is no checkpoint.
 
     Returns:
         A ``Checkpoint(path, epoch, monitor, best)``, or ``None`` when there is none.
 
     Raises:
         ValueError: the record is corrupt (the message names it and what to do).
-        FileNotFoundError: the record names a model file that is missing.
+        FileNotFoundError: the record names a model file that is missing; with
+            ``required=True`` also when ``dirname`` does not exist or holds no record (the
+            message names the directory).
         With ``broadcast``, every rank raises the error ``root_rank`` met.
 
     Example:
@@ -218,17 +246,22 @@ def latest_checkpoint(dirname, *, root_rank=0, broadcast=True):
     ...     model.fit(x, y, epochs=10, initial_epoch=ckpt.epoch,
     ...               callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
     """
+    dirname = os.fspath(dirname)
     if not broadcast:
-        return read_record(dirname)
-    outcome = None
-    if hvd.rank() == root_rank:
-        try:
-            found = read_record(dirname)
-            outcome = ("ok", found and tuple(found))
-        except (OSError, ValueError) as err:
-            outcome = ("error", err)
-    kind, value = hvd.broadcast_object(outcome, root_rank=root_rank,
-                                       name="callbacks.latest_checkpoint")
-    if kind == "error":
-        raise value
-    return None if value is None else Checkpoint(*value)
+        found, warning = _find(dirname, required)
+    else:
+        outcome = None
+        if hvd.rank() == root_rank:
+            try:
+                found, warning = _find(dirname, required)
+                outcome = ("ok", found and tuple(found), warning)
+            except (OSError, ValueError) as err:
+                outcome = ("error", err, None)
+        kind, value, warning = hvd.broadcast_object(outcome, root_rank=root_rank,
+                                                    name="callbacks.latest_checkpoint")
+        if kind == "error":
+            raise value
+        found = None if value is None else Checkpoint(*value)
+    if warning and hvd.rank() == 0:
+        warnings.warn(warning, stacklevel=2)
+    return found

@@ -3,7 +3,7 @@
 import kerashvd as hvd
 
 
-def restore_latest(model, checkpoint_dir, input_shape=None):
+def restore_latest(model, checkpoint_dir, input_shape=None, required=False):
     """Loads the latest checkpoint of ``checkpoint_dir`` into ``model`` on rank 0.
 
     Every rank builds and compiles the model in code; rank 0 then loads the checkpoint's
@@ -20,13 +20,15 @@ def restore_latest(model, checkpoint_dir, input_shape=None):
             model built eagerly. (With rank 0 built and the others not, kerashvd defers the
             broadcast into the first step, and that step's gradients on the other ranks come
             from their own initial weights.)
+        required: raise when ``checkpoint_dir`` holds no checkpoint (or does not exist),
+            instead of starting from scratch (``latest_checkpoint(required=True)``).
 
     Returns:
         The number of epochs already done (0 without a checkpoint): ``fit(initial_epoch=...)``.
     """
     if not checkpoint_dir:
         return 0
-    ckpt = hvd.callbacks.latest_checkpoint(checkpoint_dir)
+    ckpt = hvd.callbacks.latest_checkpoint(checkpoint_dir, required=required)
     if ckpt is None:
         return 0
     if not model.built:

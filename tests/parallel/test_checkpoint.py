@@ -266,3 +266,31 @@ def test_resume_restores_epoch_and_optimizer_state_on_every_rank(hvd, tmp_path, 
     iterations = resumed.optimizer.iterations.numpy()
     assert iterations == 3 * 2  # 2 epochs restored + 1 epoch, 2 steps each
     hvd.barrier()
+
+
+def test_latest_checkpoint_of_a_missing_directory_warns_or_raises(hvd):
+    """A mistyped directory must not silently restart training: rank 0 warns, and
+    required=True raises on every rank, naming the directory."""
+    import warnings
+
+    empty = tempfile.mkdtemp(prefix=f"khvd_ckpt_empty_r{hvd.rank()}_")
+    missing = os.path.join(empty, "no_such_dir")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert hvd.callbacks.latest_checkpoint(missing) is None
+            assert hvd.callbacks.latest_checkpoint(empty) is None  # exists, no record: no warning
+        texts = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+        if hvd.rank() == 0:
+            assert len(texts) == 1 and repr(missing) in texts[0] and "does not exist" in texts[0]
+        else:
+            assert texts == []
+        with pytest.raises(FileNotFoundError, match="does not exist") as info:
+            hvd.callbacks.latest_checkpoint(missing, required=True)
+        assert "required=True" in str(info.value)
+        with pytest.raises(FileNotFoundError, match="holds no checkpoint record"):
+            hvd.callbacks.latest_checkpoint(empty, required=True)
+        with pytest.raises(FileNotFoundError, match=repr(missing).replace("\\", "\\\\")):
+            hvd.callbacks.latest_checkpoint(missing, broadcast=False, required=True)
+    finally:
+        shutil.rmtree(empty, ignore_errors=True)
