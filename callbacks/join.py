@@ -2,8 +2,13 @@
 
 Why a callback is needed: ``DistributedOptimizer`` allreduces the gradients at every step, so
 a rank whose dataset runs out leaves the other ranks waiting in that allreduce forever (or
-until the stall shutdown). ``kerashvd.join()`` solves it: a joined rank contributes zeros to
-every allreduce (and no rows to allgathers) until all ranks have joined.
+until the stall shutdown). ``kerashvd.join()`` solves it: until all ranks have joined, a joined
+rank contributes the identity of the op to every allreduce (zeros for Sum and Average, which
+is what gradients use; one for Product, the lowest value for Max, the highest for Min).
+Broadcast, allgather, alltoall and reducescatter cannot run while a rank has joined: they
+fail with ``tf.errors.FailedPreconditionError`` on the ranks that call them, naming the
+joined ranks. So nothing but gradient allreduces may run between a rank's join and the end
+of the join, which is why the join must come before any other collective of the epoch.
 
 Where to hook (Keras 3 TF trainer, ``Model.fit``), per epoch::
 
@@ -59,7 +64,11 @@ class JoinCallback(Callback):
     ``DistributedValidationCallback`` and anything else that communicates in
     ``on_test_begin`` or ``on_epoch_end``). Keras calls callbacks in list order, and a rank
     that has finished its batches must join before it starts any other collective, or it
-    waits there while the other ranks wait for its gradients. Every rank must pass it.
+    waits there while the other ranks wait for its gradients. Every rank must pass it. The
+    other ranks must not run a broadcast, allgather, alltoall or reducescatter (e.g. in a
+    per-batch callback) while a rank has joined: those fail with
+    ``tf.errors.FailedPreconditionError`` naming the joined rank, as they would otherwise
+    return wrong data; allreduces (``MetricAverageCallback``'s too) are fine.
 
     Limits: with ``DistributedOptimizer(backward_passes_per_step=k > 1)`` give every rank a
     multiple of ``k`` batches per epoch (the local accumulation counter is not reset by the

@@ -430,12 +430,20 @@ def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_fa
 def join():
     """Marks this rank as done and waits until every rank has joined.
 
-    Until then this rank contributes zeros to other ranks' allreduces (and no rows to
-    allgathers), so ranks with fewer batches can stop early. ``Average`` still divides by
-    ``size()``.
+    Until then this rank contributes the identity of the op to other ranks' allreduces and
+    grouped allreduces (zeros for ``Sum`` and ``Average``, one for ``Product``, the lowest
+    value (-inf for floats) for ``Max``, the highest (+inf) for ``Min``), so ranks with fewer
+    batches can stop early. ``Average`` still divides by ``size()``. ``barrier()`` also
+    completes with joined ranks. Broadcast, allgather, alltoall and reducescatter (and their
+    grouped and object variants) need every rank's data and cannot run while a rank has joined.
 
     Returns:
         The rank that joined last.
+
+    Raises:
+        tf.errors.FailedPreconditionError: not from join() itself, but from a broadcast,
+            allgather, alltoall or reducescatter that other ranks run while this rank has
+            joined, on each of them, naming the collective, the tensor and the joined ranks.
     """
     _require_init()
     return int(OPS.kerashvd_join(tensor_name="join"))

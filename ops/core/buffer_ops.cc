@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace kerashvd {
 namespace {
@@ -109,6 +110,70 @@ void FloatToHalf(const float* src, void* dst, int64_t count, DataType dtype, dou
   } else {
     for (int64_t i = 0; i < count; ++i) h[i] = FloatToFp16(src[i] * f);
   }
+}
+
+namespace {
+
+template <typename T>
+uint64_t BitsOf(T value) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));  // the low bytes on the little-endian hosts we build for
+  return bits;
+}
+
+template <typename T>
+uint64_t TypedIdentity(ReduceOp op) {
+  using L = std::numeric_limits<T>;
+  switch (op) {
+    case ReduceOp::kProduct: return BitsOf(static_cast<T>(1));
+    case ReduceOp::kMax: return BitsOf(L::has_infinity ? -L::infinity() : L::lowest());
+    case ReduceOp::kMin: return BitsOf(L::has_infinity ? L::infinity() : L::max());
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: break;
+  }
+  return 0;
+}
+
+// float16 / bfloat16 bit patterns: one, -inf and +inf.
+uint64_t HalfIdentity(ReduceOp op, uint16_t one, uint16_t neg_inf, uint16_t pos_inf) {
+  switch (op) {
+    case ReduceOp::kProduct: return one;
+    case ReduceOp::kMax: return neg_inf;
+    case ReduceOp::kMin: return pos_inf;
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+uint64_t IdentityBits(DataType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DataType::kUint8: return TypedIdentity<uint8_t>(op);
+    case DataType::kInt8: return TypedIdentity<int8_t>(op);
+    case DataType::kUint16: return TypedIdentity<uint16_t>(op);
+    case DataType::kInt16: return TypedIdentity<int16_t>(op);
+    case DataType::kInt32: return TypedIdentity<int32_t>(op);
+    case DataType::kInt64: return TypedIdentity<int64_t>(op);
+    case DataType::kFloat16: return HalfIdentity(op, 0x3C00, 0xFC00, 0x7C00);
+    case DataType::kBfloat16: return HalfIdentity(op, 0x3F80, 0xFF80, 0x7F80);
+    case DataType::kFloat32: return TypedIdentity<float>(op);
+    case DataType::kFloat64: return TypedIdentity<double>(op);
+    case DataType::kBool: return TypedIdentity<bool>(op);
+  }
+  return 0;
+}
+
+void FillIdentity(void* dst, int64_t count, DataType dtype, ReduceOp op) {
+  const size_t width = DataTypeSize(dtype);
+  const uint64_t bits = IdentityBits(dtype, op);
+  if (bits == 0) {
+    if (count > 0) std::memset(dst, 0, count * width);
+    return;
+  }
+  char* out = static_cast<char*>(dst);
+  for (int64_t i = 0; i < count; ++i) std::memcpy(out + i * width, &bits, width);
 }
 
 }  // namespace kerashvd

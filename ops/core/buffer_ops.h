@@ -1,4 +1,5 @@
-// Element-wise helpers on host buffers: scaling and float16/bfloat16 <-> float32 conversion.
+// Element-wise helpers on host buffers: scaling, float16/bfloat16 <-> float32 conversion, and
+// the identity elements a joined rank contributes to a reduction.
 #pragma once
 
 #include <cstdint>
@@ -13,5 +14,14 @@ void ScaleCopy(const void* src, void* dst, int64_t count, DataType dtype, double
 void HalfToFloat(const void* src, float* dst, int64_t count, DataType dtype, double factor);
 // float32 -> float16/bfloat16 (round to nearest even), multiplied by factor first.
 void FloatToHalf(const float* src, void* dst, int64_t count, DataType dtype, double factor);
+
+// The bits of one element of `dtype` that leave `op` unchanged, in the low DataTypeSize(dtype)
+// bytes: 0 for Sum/Average, 1 for Product, the lowest value for Max (-inf for floating types,
+// numeric_limits::lowest for integers) and the highest for Min (+inf, max). A rank inside
+// join() contributes it, so that it cannot change any rank's result. Only reducible dtypes
+// (IsReducible) are allowed.
+uint64_t IdentityBits(DataType dtype, ReduceOp op);
+// dst[i] = the identity of `op` (IdentityBits) for i < count.
+void FillIdentity(void* dst, int64_t count, DataType dtype, ReduceOp op);
 
 }  // namespace kerashvd

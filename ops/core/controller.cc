@@ -66,8 +66,13 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
       announced_[name] = true;
     }
   }
+  // A rank inside join() is ready for every cached allreduce (it contributes the op's
+  // identity), but not for other cached collectives: those stay partial, are evicted, and
+  // reach the coordinator, which refuses them naming the joined ranks (coordinator.h).
   if (join_pending_)
-    for (int32_t s = 0; s < slots; ++s) SetBit(words, 0, s);
+    for (int32_t s = 0; s < slots; ++s)
+      if (!cache_.Occupied(s) || Coordinator::RunsUnderJoin(cache_.Get(s).op_type))
+        SetBit(words, 0, s);
   // Another set's cached collectives need nothing from this rank: ready here, set nowhere.
   bool set_work = false;
   if (membership_) {

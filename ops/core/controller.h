@@ -9,7 +9,8 @@
 //      at once: concurrent collectives need distinct names).
 //   2. For each pending entry not yet announced: if the response cache holds its name with the
 //      same signature, set its slot's bit; otherwise queue its Request for full negotiation
-//      and mark it announced. A rank inside join() sets every slot's bit.
+//      and mark it announced. A rank inside join() sets the bit of every slot but those of
+//      collectives that cannot run under join (Coordinator::RunsUnderJoin).
 //   3. One bitwise-AND allreduce of [bits | ~bits | ~flags | ~leaving | ~out-of-place bits]:
 //      yields, identically everywhere, the slots set on every rank (AND), the slots set on
 //      any rank (OR, by De Morgan), the OR of the flags (someone has uncached requests / wants
@@ -36,7 +37,8 @@
 //
 // Invariants: every rank runs the same number of cycles (each has a collective), applies the
 // same lists in the same order, and so holds the same cache and produces the same work list.
-// A rank that has joined owns no entry for some work items and contributes zeros / no rows.
+// A rank that has joined owns no entry for some allreduce work items and contributes the
+// identity of their op; other collectives never run with a joined rank (coordinator.h).
 #pragma once
 
 #include <deque>

@@ -130,8 +130,42 @@ Response Coordinator::DecideOne(const std::string& name, const Pending& pending)
     response.error = msg.str();
     return response;
   }
+  if (response.any_joined && !RunsUnderJoin(response.request.op_type)) {
+    response.kind = Response::Kind::kError;
+    response.error = JoinedError(name, pending, response.request);
+    return response;
+  }
   response.kind = Response::Kind::kExecute;
   return response;
+}
+
+bool Coordinator::RunsUnderJoin(OpType op) {
+  // An allreduce has a neutral contribution (the identity of its op) and a barrier needs no
+  // data; every other collective would deliver rows or values a joined rank does not have.
+  return op == OpType::kAllreduce || op == OpType::kBarrier;
+}
+
+std::string Coordinator::JoinedError(const std::string& name, const Pending& pending,
+                                     const Request& request) const {
+  std::vector<int> joined, submitted;
+  for (int r = 0; r < size_; ++r) {
+    if (pending.submitted[r]) submitted.push_back(world_ranks_[r]);
+    else if (joined_[r] && Takes(request, r)) joined.push_back(world_ranks_[r]);
+  }
+  const char* op = OpTypeName(request.op_type);
+  std::ostringstream msg;
+  auto ranks = [](const std::vector<int>& list) {
+    return list.size() == 1 ? "rank " + std::to_string(list[0]) : "ranks " + RankList(list);
+  };
+  msg << "Cannot run " << op << " '" << name << "' (submitted by " << ranks(submitted)
+      << ") while " << ranks(joined) << (joined.size() == 1 ? " has" : " have")
+      << " joined: a rank inside join() takes part only in allreduce (contributing the "
+         "identity of its op) and barrier; broadcast, allgather, alltoall and reducescatter "
+         "need data from every rank, so the "
+      << op
+      << " fails on every rank that submitted it. Run it on every rank before any rank calls "
+         "join(), or after join() has returned on every rank.";
+  return msg.str();
 }
 
 int32_t Coordinator::AllocateSlot(ResponseList* list) {

@@ -6,6 +6,14 @@
 // and each rank's value, or, when some rank sent it as a failed request, an error that names
 // the tensor, that rank and its message. It also decides cache evictions, reports stalls, and
 // completes join().
+//
+// Join: a rank inside join() counts as having submitted every collective. An allreduce then
+// runs (the joined rank contributes the identity of the op, executor.h) and so does a barrier;
+// a broadcast, allgather, alltoall or reducescatter becomes an error on every rank that
+// submitted it, naming the ranks that have joined (RunsUnderJoin), since a joined rank has no
+// data for it and any result would be silently wrong. Cached signatures are no way around
+// this: a joined rank marks only the slots of allreduces as ready (controller.cc), so the
+// others time out as partial, are evicted, and come here through full negotiation.
 #pragma once
 
 #include <chrono>
@@ -41,6 +49,8 @@ class Coordinator {
   void Ingest(const Request& request, Clock::time_point now);
   // Responses for everything now submitted by all ranks, plus cache evictions and errors.
   ResponseList Decide(Clock::time_point now);
+  // Whether a collective of type `op` can run while some of its ranks are inside join().
+  static bool RunsUnderJoin(OpType op);
   // Reports stalled tensors; returns true when rank 0 needs a full negotiation next cycle to
   // broadcast evictions or a stall error even though no rank sent a new request.
   bool CheckStalls(Clock::time_point now, int rank);
@@ -53,6 +63,10 @@ class Coordinator {
     bool warned = false;
   };
   Response DecideOne(const std::string& name, const Pending& pending);
+  // The error of a collective that cannot run under join (RunsUnderJoin) and found a rank
+  // inside join(): the collective, the tensor, who submitted it, who joined, and the fix.
+  std::string JoinedError(const std::string& name, const Pending& pending,
+                          const Request& request) const;
   // Turns `response` into the error of a name that some rank sent as a failed request (its
   // own arguments were wrong); returns false when no rank did.
   bool FailedRequests(const std::string& name, const Pending& pending, Response* response) const;

@@ -122,7 +122,8 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
   const Request& sig = group.front()->response.request;
   ReduceOptions options;
   options.op = sig.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : sig.reduce_op;
-  // Agreed flag of a lone tensor; a rank without the entry (joined) reduces zeros in place.
+  // Agreed flag of a lone tensor; a rank without the entry (joined) reduces the op's identity
+  // in place.
   options.any_out_of_place = group.size() == 1 && sig.shapes.size() == 1 && sig.out_of_place;
 
   // Fast path: one tensor in its own dtype, reduced from its input into its output.
@@ -160,7 +161,7 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
       int64_t n = NumElements(r.shapes[i]);
       char* dst = buffer + offset;
       Status s;
-      if (!item->entry) s = memory_->Zero(dst, n * wire_size);
+      if (!item->entry) s = memory_->FillIdentity(dst, n, wire, options.op);
       else if (IsHalf(r.dtype))
         s = memory_->HalfToFloat(item->entry->inputs[i], reinterpret_cast<float*>(dst), n, r.dtype,
                                  r.prescale);
@@ -276,7 +277,7 @@ Status Executor::Reducescatter(WorkItem& item) {
     const void* send = direct ? item.entry->inputs[i] : buffer;
     if (!direct) {
       Status s;
-      if (!item.entry) s = memory_->Zero(buffer, n * wire_size);
+      if (!item.entry) s = memory_->FillIdentity(buffer, n, wire, options.op);
       else if (IsHalf(sig.dtype))
         s = memory_->HalfToFloat(item.entry->inputs[i], reinterpret_cast<float*>(buffer), n,
                                  sig.dtype, sig.prescale);

@@ -4,8 +4,11 @@
 // widening float16/bfloat16 to float32), one in-place backend allreduce, copy every result
 // out (applying postscale, and 1/size for Average). A single tensor that needs no widening
 // skips the buffer and is reduced straight from its input into its output.
-// A rank that has joined owns no entry for some items: it contributes zeros (or no rows) and
-// its results go to scratch memory.
+// A rank that has joined owns no entry for some allreduce items: it contributes the identity
+// of the reduction (zeros for Sum and Average, ones for Product, the lowest value for Max,
+// the highest for Min: MemoryOps::FillIdentity), so every rank's result is that of the
+// ranks that submitted, and its results go to scratch memory. (The coordinator refuses the
+// other collectives while a rank has joined, so they always have every rank's entry.)
 //
 // The same executor serves host and GPU tensors: buffers, copies and scaling go through its
 // MemoryOps, which for GPU memory enqueue on the communicator's stream; Run waits for them

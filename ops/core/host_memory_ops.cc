@@ -30,6 +30,11 @@ Status HostMemoryOps::Zero(void* dst, int64_t bytes) {
   return Status::Ok();
 }
 
+Status HostMemoryOps::FillIdentity(void* dst, int64_t count, DataType dtype, ReduceOp op) {
+  kerashvd::FillIdentity(dst, count, dtype, op);
+  return Status::Ok();
+}
+
 Status HostMemoryOps::ScaleCopy(const void* src, void* dst, int64_t count, DataType dtype,
                                 double factor) {
   kerashvd::ScaleCopy(src, dst, count, dtype, factor);

@@ -16,6 +16,7 @@ class HostMemoryOps : public MemoryOps {
   Status Scratch(int64_t bytes, void** out) override;
   Status Copy(void* dst, const void* src, int64_t bytes) override;
   Status Zero(void* dst, int64_t bytes) override;
+  Status FillIdentity(void* dst, int64_t count, DataType dtype, ReduceOp op) override;
   Status ScaleCopy(const void* src, void* dst, int64_t count, DataType dtype,
                    double factor) override;
   Status HalfToFloat(const void* src, float* dst, int64_t count, DataType dtype,

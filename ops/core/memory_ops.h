@@ -29,6 +29,9 @@ class MemoryOps {
 
   virtual Status Copy(void* dst, const void* src, int64_t bytes) = 0;
   virtual Status Zero(void* dst, int64_t bytes) = 0;
+  // dst[i] = the identity element of `op` for `dtype` (IdentityBits in buffer_ops.h): what a
+  // rank inside join() contributes to a reduction.
+  virtual Status FillIdentity(void* dst, int64_t count, DataType dtype, ReduceOp op) = 0;
   // dst[i] = src[i] * factor for a natively reducible dtype (src may equal dst); other dtypes
   // are copied unscaled.
   virtual Status ScaleCopy(const void* src, void* dst, int64_t count, DataType dtype,

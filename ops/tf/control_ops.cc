@@ -10,7 +10,8 @@ REGISTER_OP("KerashvdJoin")
     .Output("last_joined_rank: int32")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
-    .Doc("Waits until every rank has joined; joined ranks contribute zeros to allreduces.");
+    .Doc("Waits until every rank has joined; joined ranks contribute the identity of the op "
+         "to allreduces, and other collectives fail while a rank has joined.");
 
 REGISTER_OP("KerashvdBarrier")
     .Attr("tensor_name: string")

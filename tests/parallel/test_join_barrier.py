@@ -38,21 +38,31 @@ def test_join_with_ranks_leaving_at_different_times(hvd, op, dtype):
 
 
 def test_join_with_grouped_allreduce_and_allgather(hvd):
-    """Joined ranks contribute zeros to grouped allreduces and no rows to allgathers."""
+    """Joined ranks contribute zeros to grouped allreduces; an allgather fails while any rank
+    has joined (it would silently miss that rank's rows), on every rank that called it."""
     n, r = hvd.size(), hvd.rank()
     sums, gathers = [], []
     for step in range(r + 1):
         sums.append(hvd.grouped_allreduce([tf.fill([3], float(r + 1)), tf.fill([2, 2], float(step))],
                                           op=hvd.Sum, name=f"join.grouped/{step}"))
-        gathers.append(hvd.allgather(tf.fill([r + 1, 2], r), name=f"join.gather/{step}"))
+        try:
+            gathers.append(hvd.allgather(tf.fill([r + 1, 2], r), name=f"join.gather/{step}"))
+        except tf.errors.FailedPreconditionError as err:
+            gathers.append(err)
     last = hvd.join()
     assert last == n - 1
     for step, ((a, b), g) in enumerate(zip(sums, gathers)):
         active = range(step, n)
         np.testing.assert_array_equal(a.numpy(), np.full([3], sum(q + 1.0 for q in active), np.float32))
         np.testing.assert_array_equal(b.numpy(), np.full([2, 2], step * len(active), np.float32))
-        expected = np.concatenate([np.full([q + 1, 2], q, np.int32) for q in active])
-        np.testing.assert_array_equal(g.numpy(), expected)
+        if step == 0:  # every rank took part
+            expected = np.concatenate([np.full([q + 1, 2], q, np.int32) for q in active])
+            np.testing.assert_array_equal(g.numpy(), expected)
+        else:  # ranks 0 .. step - 1 had joined
+            assert isinstance(g, tf.errors.FailedPreconditionError), g
+            joined = "rank 0 has" if step == 1 else f"ranks {list(range(step))} have"
+            assert "Cannot run allgather '" in str(g) and f"join.gather/{step}'" in str(g), str(g)
+            assert f"{joined} joined" in str(g), str(g)
 
 
 def test_join_by_every_rank_at_once(hvd):

@@ -28,6 +28,19 @@ __global__ void ScaleKernel(const T* src, T* dst, int64_t n, double factor) {
   }
 }
 
+template <typename U>
+__global__ void FillKernel(U* dst, int64_t n, U value) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = value;
+}
+
+template <typename U>
+cudaError_t Fill(void* dst, int64_t n, uint64_t bits, cudaStream_t stream) {
+  FillKernel<U><<<Blocks(n), kThreads, 0, stream>>>(static_cast<U*>(dst), n, static_cast<U>(bits));
+  return cudaGetLastError();
+}
+
 template <typename H, bool kToFloat>
 __global__ void ConvertKernel(const void* src, void* dst, int64_t n, float factor) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -129,6 +142,17 @@ cudaError_t LaunchScaleCopy(const void* src, void* dst, int64_t count, DataType 
   }
   if (src == dst) return cudaSuccess;
   return cudaMemcpyAsync(dst, src, count * DataTypeSize(dtype), cudaMemcpyDeviceToDevice, stream);
+}
+
+cudaError_t LaunchFill(void* dst, int64_t count, size_t width, uint64_t bits, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  switch (width) {
+    case 1: return Fill<uint8_t>(dst, count, bits, stream);
+    case 2: return Fill<uint16_t>(dst, count, bits, stream);
+    case 4: return Fill<uint32_t>(dst, count, bits, stream);
+    case 8: return Fill<uint64_t>(dst, count, bits, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchHalfToFloat(const void* src, float* dst, int64_t count, DataType dtype,

@@ -15,6 +15,9 @@ namespace kerashvd {
 // are copied. factor == 1 is a plain copy (nothing when src == dst).
 cudaError_t LaunchScaleCopy(const void* src, void* dst, int64_t count, DataType dtype,
                             double factor, cudaStream_t stream);
+// dst[i] = the low `width` bytes (1, 2, 4 or 8) of `bits`, for i < count: a joined rank's
+// identity elements (IdentityBits in ../../buffer_ops.h).
+cudaError_t LaunchFill(void* dst, int64_t count, size_t width, uint64_t bits, cudaStream_t stream);
 // float16/bfloat16 -> float32, multiplied by factor.
 cudaError_t LaunchHalfToFloat(const void* src, float* dst, int64_t count, DataType dtype,
                               double factor, cudaStream_t stream);

@@ -1,5 +1,6 @@
 #include "cuda_memory_ops.h"
 
+#include "../../buffer_ops.h"
 #include "cuda_kernels.h"
 
 namespace kerashvd {
@@ -48,6 +49,13 @@ Status CudaMemoryOps::Copy(void* dst, const void* src, int64_t bytes) {
 Status CudaMemoryOps::Zero(void* dst, int64_t bytes) {
   if (bytes == 0) return Status::Ok();
   return CudaStatus(cudaMemsetAsync(dst, 0, bytes, nccl_->stream()), "cudaMemsetAsync");
+}
+
+Status CudaMemoryOps::FillIdentity(void* dst, int64_t count, DataType dtype, ReduceOp op) {
+  const uint64_t bits = IdentityBits(dtype, op);
+  if (bits == 0) return Zero(dst, count * DataTypeSize(dtype));
+  return CudaStatus(LaunchFill(dst, count, DataTypeSize(dtype), bits, nccl_->stream()),
+                    "kerashvd fill kernel");
 }
 
 Status CudaMemoryOps::ScaleCopy(const void* src, void* dst, int64_t count, DataType dtype,

@@ -10,7 +10,8 @@
 // many tensors submitted together (fused by the engine), allgather with a first dimension
 // that differs per rank, broadcast from every root, alltoall with uneven splits, uneven
 // reducescatter, a CPU and a GPU tensor in one cycle, a join (the joined rank contributes
-// zeros from GPU scratch memory), a shape mismatch (an error on every rank, then the engine
+// zeros from GPU scratch memory, or the identity of Max, Min and Product, and a broadcast is
+// refused while it has joined), a shape mismatch (an error on every rank, then the engine
 // goes on), a tensor on the wrong GPU (refused at submission), wait_inputs being called, and
 // collectives of overlapping process sets submitted in a different order on each rank.
 // Rank 0 prints every rank's failures and "N passed, N failed" as its last line.
@@ -217,6 +218,51 @@ void CheckLastJoined(Tally* t, const Job& join, int size) {
             ok ? "" : "last joined rank " + std::to_string(last) + " did not join last");
 }
 
+// Run by every rank but the last, which has joined: Max, Min and Product get the op's identity
+// from it, not zeros (Max of negative values and Min and Product of positive ones, where a
+// zero would change the result), alone (the direct path) and as a pair (the fusion buffer);
+// a broadcast is refused with an error naming the joined rank.
+void TestJoinedIdentity(Engine* e, Tally* t, int rank, int size) {
+  for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProduct}) {
+    const double sign = op == ReduceOp::kMax ? -1 : 1;
+    auto values = [&](int r, int64_t n, int64_t offset) {
+      std::vector<double> v = Values(r, n, offset);
+      for (double& x : v) x *= sign;
+      return v;
+    };
+    auto expected = [&](int64_t n, int64_t offset) {
+      std::vector<double> out = values(0, n, offset);
+      for (int r = 1; r < size - 1; ++r) {
+        std::vector<double> v = values(r, n, offset);
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = op == ReduceOp::kMax ? std::max(out[i], v[i])
+                   : op == ReduceOp::kMin ? std::min(out[i], v[i]) : out[i] * v[i];
+      }
+      return out;
+    };
+    const std::string name = std::string("joined.") + ReduceOpName(op);
+    Job lone, pair;
+    lone.entry.request = MakeRequest(name, OpType::kAllreduce, DataType::kFloat32, {{33}});
+    lone.entry.request.reduce_op = op;
+    AddTensor(&lone, values(rank, 33, 0), 33);
+    pair.entry.request = MakeRequest(name + ".pair", OpType::kAllreduce, DataType::kFloat32, {{5}, {7}});
+    pair.entry.request.reduce_op = op;
+    AddTensor(&pair, values(rank, 5, 0), 5);
+    AddTensor(&pair, values(rank, 7, 5), 7);
+    RunAll(e, {&lone});  // alone in its cycle, so not fused with the pair
+    RunAll(e, {&pair});
+    Check(t, name, lone, expected(33, 0));
+    Check(t, name + ".pair[0]", pair, expected(5, 0), 0);
+    Check(t, name + ".pair[1]", pair, expected(7, 5), 1);
+  }
+  Job bcast;
+  bcast.entry.request = MakeRequest("joined.broadcast", OpType::kBroadcast, DataType::kFloat32, {{4}});
+  AddTensor(&bcast, Values(rank, 4), 4);
+  RunAll(e, {&bcast});
+  t->ExpectError("joined.broadcast", bcast.status, Status::Code::kMismatch,
+                 "rank " + std::to_string(size - 1) + " has joined");
+}
+
 void TestJoin(Engine* e, Tally* t, int rank, int size) {
   // The last rank joins; the others reduce a GPU tensor, to which it contributes zeros.
   Job work, join;
@@ -233,6 +279,7 @@ void TestJoin(Engine* e, Tally* t, int rank, int size) {
   for (int i = 0; i < 64; ++i)
     for (int r = 0; r < size - 1; ++r) expected[i] += Value(r, i);
   Check(t, "joined.allreduce", work, expected);
+  TestJoinedIdentity(e, t, rank, size);
   join.entry.request = MakeRequest("join", OpType::kJoin, DataType::kInt32, {}, -1);
   RunAll(e, {&join});
   CheckLastJoined(t, join, size);
