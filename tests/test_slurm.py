@@ -3,7 +3,8 @@
 Covers: ``srun --mpi=pmi2`` gives one MPI world; a plain ``srun`` (each task a world of one)
 is an error on every task; the launches that are fine inside a batch script (plain python,
 kerashvdrun, the mpich package's mpiexec, srun, kerashvdrun inside an srun step); a failing
-rank under kerashvdrun stops the job; and the sbatch templates in recipes/slurm/ train a recipe.
+rank under kerashvdrun stops the job; and the sbatch templates in recipes/slurm/ train a recipe
+with a log free of TensorFlow's start-up notices, and the GPU template warns when no GPU is bound.
 """
 
 import json
@@ -14,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, TF_NOTICE
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mpi]
 
@@ -115,11 +116,16 @@ def test_launches_inside_a_batch_script(slurm_cluster, tmp_path):
     assert "rank 1 exited with code 7" in log, log[-5000:]  # kerashvdrun names the rank
 
 
-def template_job(cluster, tmp_path, template, *recipe_args, options=()):
-    """Submits recipes/slurm/TEMPLATE from the repository root, as the README says."""
+def template_job(cluster, tmp_path, template, *recipe_args, options=(), gres=True):
+    """Submits recipes/slurm/TEMPLATE from the repository root, as the README says.
+
+    ``gres=False`` submits the GPU template without its GRES request, as on a cluster whose
+    nodes have no GPUs.
+    """
     path = os.path.join(REPO, "recipes", "slurm", template)
-    if template == "gpu.sbatch" and not cluster.gpus:
-        # No fake GPUs on this cluster (no mknod): the same template without its GRES request.
+    if template == "gpu.sbatch" and not (cluster.gpus and gres):
+        # Asked for, or no fake GPUs on this cluster (no mknod): the same template without
+        # its GRES request.
         text = open(path).read()
         path = tmp_path / template
         path.write_text(re.sub(r"(?m)^#SBATCH --gres=.*\n", "", text))
@@ -132,6 +138,16 @@ def template_job(cluster, tmp_path, template, *recipe_args, options=()):
 # The templates ask for production sizes; the test cluster has 4 CPUs and 2 fake GPUs.
 SMALL = {"cpu.sbatch": ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1"],
          "gpu.sbatch": ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1"]}
+# What the templates' kerashvdrun --verbose prints: the CPUs per task passed on, and a rank
+# that fails ending the others.
+TEMPLATE_SRUN = re.compile(r"kerashvdrun: \S*srun --mpi=pmi2 --kill-on-bad-exit=1 "
+                           r"--cpus-per-task=1 -n 2 ")
+NO_GPU_WARNING = "uses the GPU template but no GPU is bound"
+
+
+def tf_notices(log):
+    """The lines of ``log`` that are TensorFlow start-up notices (none belong in a job log)."""
+    return [line for line in log.splitlines() if TF_NOTICE.search(line)]
 
 
 @pytest.mark.slow
@@ -144,8 +160,11 @@ def test_template_trains_the_quickstart(slurm_cluster, tmp_path, template):
                               "--tiny", options=options)
     assert state == "COMPLETED", log[-5000:]
     assert "2 ranks" in log and "1 thread(s) each" in log, log[-3000:]
+    assert tf_notices(log) == [], log[-5000:]
+    assert TEMPLATE_SRUN.search(log), log[-3000:]
     if template == "gpu.sbatch" and slurm_cluster.gpus:
         assert "GPUs 0,1:" in log, log[-3000:]  # SLURM's binding of the (fake) GRES
+        assert NO_GPU_WARNING not in log, log[-3000:]
     match = re.search(r"ranks=2 final val_accuracy=([0-9.]+)", log)
     assert match and float(match.group(1)) > 0.8, log[-5000:]
 
@@ -160,7 +179,30 @@ def test_cpu_template_trains_mnist(slurm_cluster, tmp_path, mnist_data_dir):
     assert state == "COMPLETED", log[-5000:]
     match = re.search(r"ranks=2 epochs=2 final val_accuracy=([0-9.]+)", log)
     assert match and float(match.group(1)) > 0.8, log[-5000:]  # chance is 0.1
+    assert tf_notices(log) == [], log[-5000:]
     assert len(csv.read_text().splitlines()) == 3, csv.read_text()  # header + 2 epochs
+
+
+WHERE_AM_I = ("import os; print('rank', os.environ['PMI_RANK'], 'sees GPUs',"
+              " os.environ.get('CUDA_VISIBLE_DEVICES', 'none'))")
+
+
+@pytest.mark.parametrize("bound", [True, False], ids=["gres", "no-gres"])
+def test_gpu_template_warns_once_when_no_gpu_is_bound(slurm_cluster, tmp_path, bound):
+    """Without a GPU bound to the job, the GPU template says once that ranks train on the CPU;
+    with SLURM's binding of the (fake) GRES, it says nothing."""
+    if bound and not slurm_cluster.gpus:
+        pytest.skip("no fake GPUs on this cluster (mknod failed)")
+    options = [*SMALL["gpu.sbatch"], *(["--gres=gpu:2"] if bound else [])]
+    state, log = template_job(slurm_cluster, tmp_path, "gpu.sbatch", "python", "-c",
+                              WHERE_AM_I, options=options, gres=bound)
+    assert state == "COMPLETED", log[-5000:]
+    assert len(re.findall(r"(?m)^rank \d sees GPUs", log)) == 2, log[-3000:]
+    if bound:
+        assert NO_GPU_WARNING not in log, log[-3000:]
+    else:
+        assert log.count(NO_GPU_WARNING) == 1, log[-3000:]
+        assert "every rank trains on the CPU" in log, log[-3000:]
 
 
 def test_template_rejects_a_missing_recipe(slurm_cluster, tmp_path):
