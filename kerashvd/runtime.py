@@ -43,9 +43,10 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
 
     Raises:
         ValueError: for an unknown setting or ``KERASHVD_*`` variable, or a bad value.
-        RuntimeError: when MPI cannot start, or when the launcher started several processes
+        RuntimeError: when MPI cannot start, when the launcher started several processes
             but each is alone in its MPI world (e.g. ``srun`` without ``--mpi=pmi2``; see
-            ``kerashvd.launch_env``).
+            ``kerashvd.launch_env``), or in a child process forked after ``init()`` (see
+            :func:`is_initialized`).
 
     Example:
 
@@ -56,6 +57,7 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
     """
     from . import process_sets as _process_sets
 
+    _core.check_not_forked("init()")
     _check_comm(comm)
     if _core.is_initialized():
         if settings or pin_gpu is not None or process_sets not in (None, "dynamic"):
@@ -114,7 +116,17 @@ def shutdown():
 
 
 def is_initialized():
-    """Returns whether :func:`init` has been called (and not undone by :func:`shutdown`)."""
+    """Returns whether :func:`init` has been called (and not undone by :func:`shutdown`).
+
+    In a child process forked after ``init()`` (``os.fork()``, a ``multiprocessing`` worker
+    with the ``'fork'`` start method) it is True, as the child holds a copy of its parent's
+    state: ``rank()``, ``size()`` and the other topology queries answer for the parent's rank.
+    But the child cannot use its parent's communicator: every collective, ``barrier()``,
+    ``join()`` and ``init()`` there raises at once (``tf.errors.FailedPreconditionError`` from
+    the collectives, ``RuntimeError`` from ``init()``), naming both processes. ``shutdown()``
+    in the child only forgets the copy (``is_initialized()`` is then False); the parent is
+    unaffected.
+    """
     return _core.is_initialized()
 
 

@@ -21,9 +21,17 @@ void RaiseIfError(const Status& status) {
   }
 }
 
+// The engine, for calls that communicate (refused in a forked child, see runtime.h).
 std::shared_ptr<kerashvd::Engine> Engine() {
   std::shared_ptr<kerashvd::Engine> engine;
   RaiseIfError(kerashvd::RequireEngine(&engine));
+  return engine;
+}
+
+// The engine, for queries of this process's own state (they also answer in a forked child).
+std::shared_ptr<kerashvd::Engine> QueryEngine() {
+  std::shared_ptr<kerashvd::Engine> engine;
+  RaiseIfError(kerashvd::RequireEngineForQuery(&engine));
   return engine;
 }
 
@@ -98,15 +106,20 @@ PYBIND11_MODULE(_core, m) {
     RaiseIfError(status);
     return removed;
   });
+  // True in a child forked after init(): it holds its parent's state (see runtime.h).
   m.def("is_initialized", [] { return kerashvd::CurrentEngine() != nullptr; });
-  m.def("rank", [] { return Engine()->mpi().rank(); });
-  m.def("size", [] { return Engine()->mpi().size(); });
-  m.def("local_rank", [] { return Engine()->mpi().local_rank(); });
-  m.def("local_size", [] { return Engine()->mpi().local_size(); });
-  m.def("cross_rank", [] { return Engine()->mpi().cross_rank(); });
-  m.def("cross_size", [] { return Engine()->mpi().cross_size(); });
-  m.def("is_homogeneous", [] { return Engine()->mpi().homogeneous(); });
-  m.def("mpi_threads_supported", [] { return Engine()->mpi().threads_supported(); });
+  // Raises RuntimeError in a child forked after init(), saying that `what` cannot run there.
+  m.def("check_not_forked", [](const std::string& what) {
+    RaiseIfError(kerashvd::CheckNotForked(what.c_str()));
+  });
+  m.def("rank", [] { return QueryEngine()->mpi().rank(); });
+  m.def("size", [] { return QueryEngine()->mpi().size(); });
+  m.def("local_rank", [] { return QueryEngine()->mpi().local_rank(); });
+  m.def("local_size", [] { return QueryEngine()->mpi().local_size(); });
+  m.def("cross_rank", [] { return QueryEngine()->mpi().cross_rank(); });
+  m.def("cross_size", [] { return QueryEngine()->mpi().cross_size(); });
+  m.def("is_homogeneous", [] { return QueryEngine()->mpi().homogeneous(); });
+  m.def("mpi_threads_supported", [] { return QueryEngine()->mpi().threads_supported(); });
 #ifdef KERASHVD_WITH_NCCL
   m.attr("NCCL_BUILT") = true;
 #else

@@ -30,7 +30,7 @@ class TopologyKernel : public tfw::OpKernel {
 
   void Compute(tfw::OpKernelContext* context) override {
     std::shared_ptr<Engine> engine;
-    OP_REQUIRES_OK(context, ToAbsl(RequireEngine(&engine)));
+    OP_REQUIRES_OK(context, ToAbsl(RequireEngineForQuery(&engine)));
     const MpiContext& mpi = engine->mpi();
     ProcessSetView set;
     OP_REQUIRES_OK(context, ToAbsl(engine->ProcessSet(process_set_, &set)));
