@@ -4,18 +4,22 @@ They are stored without outputs (checked here too). The quickstart and timeline 
 start their own MPI processes with kerashvd.run, so the kernel itself stays a single process.
 The SLURM front-end notebook submits a job to the test's own SLURM cluster (the
 ``slurm_cluster`` fixture; skipped where SLURM is not installed) with its parameters set by a
-cell added after its ``parameters`` cell, as papermill does.
+cell added after its ``parameters`` cell, as papermill does; a request the cluster can never
+satisfy must end the notebook at once, saying what to change.
 """
 
 import csv
 import glob
 import os
+import re
+import time
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
-from conftest import REPO
+from conftest import REPO, TF_NOTICE
 
 NOTEBOOKS = sorted(glob.glob(os.path.join(REPO, "notebooks", "*.ipynb")))
 SLURM_NOTEBOOK = os.path.join(REPO, "notebooks", "slurm_frontend.ipynb")
@@ -80,6 +84,7 @@ def test_slurm_frontend_notebook(slurm_cluster, mnist_data_dir, tmp_path):
     assert "RUNNING" in text and ": COMPLETED, exit code 0:0" in text, text[-5000:]
     # The job's log, followed while it ran: the recipe's own last line.
     assert "ranks=2 epochs=2 final val_accuracy=" in text, text[-5000:]
+    assert [line for line in text.splitlines() if TF_NOTICE.search(line)] == [], text[-5000:]
     plots = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(plots) == 1, text[-5000:]
     (run_dir,) = tmp_path.iterdir()
@@ -87,3 +92,29 @@ def test_slurm_frontend_notebook(slurm_cluster, mnist_data_dir, tmp_path):
         assert [row["epoch"] for row in csv.DictReader(f)] == ["1", "2"]
     assert (run_dir / "training.png").stat().st_size > 0
     assert (run_dir / "job.sbatch").read_text().startswith("#!/bin/bash")
+
+
+@pytest.mark.mpi
+def test_slurm_frontend_notebook_stops_when_the_job_can_never_start(slurm_cluster, tmp_path):
+    """More CPUs per task than the node has: SLURM keeps the job PENDING (PartitionConfig) for
+    ever; the notebook must say so and what to change, cancel it, and stop, well before its
+    default MAX_WAIT_MINUTES."""
+    cpus = slurm_cluster.cpus * 2
+    nb = with_parameters(
+        read_clean(SLURM_NOTEBOOK), RECIPE="quickstart.py", RECIPE_ARGS=["--tiny"],
+        TEMPLATE="cpu", NODES=1, TASKS_PER_NODE=1, CPUS_PER_TASK=cpus, TIME_LIMIT="00:10:00",
+        RUNS_DIR=str(tmp_path), POLL_SECONDS=1)
+    start = time.monotonic()
+    with pytest.raises(CellExecutionError):
+        NotebookClient(nb, timeout=120, kernel_name="python3",  # a cell: seconds, not hours
+                       resources={"metadata": {"path": os.path.dirname(SLURM_NOTEBOOK)}}
+                       ).execute(env=slurm_cluster.env)
+    elapsed = time.monotonic() - start
+    text = "".join(cell_text(c) for c in nb.cells if c.cell_type == "code")
+    job_id = int(re.search(r"submitted job (\d+)", text).group(1))
+    assert "can never start as submitted: it is PENDING with reason PartitionConfig" in text, text
+    assert (f"it asks for 1 task(s) x {cpus} CPUs = {cpus} CPUs per node, nodes of partition "
+            f"debug have {slurm_cluster.cpus}: lower CPUS_PER_TASK or TASKS_PER_NODE") in text, text
+    assert f"Cancelled job {job_id}" in text, text
+    assert slurm_cluster.wait(job_id, timeout=60) == "CANCELLED"
+    assert elapsed < 120, (elapsed, text)
