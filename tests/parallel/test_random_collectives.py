@@ -4,8 +4,9 @@ Every rank draws the same plan from one seed (``KHVD_RANDOM_SEED``, printed on f
 each round, a few named threads issue their own random sequence of collectives (kind, dtype,
 shape, reduce op, root, splits, process set, named or unnamed) while the main thread issues
 its own; then the ranks leave one by one through ``join()`` after a random number of world
-allreduces each. Every rank computes every rank's input (tests/_reference.py), so each result
-is checked against numpy on every rank. Now and then the ranks of one collective disagree on
+allreduces each, trying now and then a collective that join() refuses. Every rank computes
+every rank's input (tests/_reference.py), so each result is checked against numpy on every
+rank. Now and then the ranks of one collective disagree on
 its shape or dtype, and every member must raise the mismatch error while the other threads'
 collectives go on. Anything else fails the test: a wrong value, an unexpected error, a hang
 (the stall shutdown of the MPI runs turns that into an error). Other seeds:
@@ -15,6 +16,7 @@ The same file runs at 1 rank under plain pytest and at 2-4 ranks via tests/test_
 """
 
 import os
+import re
 import threading
 
 import numpy as np
@@ -28,7 +30,7 @@ ROUNDS = 3
 THREADS = 3          # named worker threads per round, plus the main thread
 OPS_PER_THREAD = 8
 REDUCE_OPS = ("Sum", "Average", "Min", "Max", "Product")
-JOIN_PHASE_OPS = ("Sum", "Average")  # reduce ops of the world allreduces while ranks join
+REFUSED_UNDER_JOIN = ("allgather", "broadcast", "alltoall", "reducescatter")
 KINDS = ("allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall", "reducescatter")
 DTYPES = ("float32", "float64", "int32", "int64", "float16")
 SHAPES = [(), (0,), (1,), (5,), (3, 2), (7, 1)]
@@ -88,7 +90,10 @@ def _plan(size, set_names):
         threads = [[_draw_op(rng, f"rand/{SEED}/{rnd}/{t}/{i}", size, set_names)
                     for i in range(OPS_PER_THREAD)] for t in range(THREADS + 1)]
         steps = [int(rng.integers(0, 3)) for _ in range(size)]  # world allreduces before join
-        join_ops = [JOIN_PHASE_OPS[rng.integers(len(JOIN_PHASE_OPS))]
+        # Per step: the allreduce's op, and a collective refused under join (or None) tried first.
+        join_ops = [(REDUCE_OPS[rng.integers(len(REDUCE_OPS))],
+                     None if rng.random() < 0.5 else
+                     REFUSED_UNDER_JOIN[rng.integers(len(REFUSED_UNDER_JOIN))])
                     for _ in range(max(steps, default=0))]
         rounds.append((threads, steps, join_ops))
     return rounds
@@ -194,15 +199,36 @@ def _run_thread_ops(hvd, ops, sets, errors):
         errors.append(err)
 
 
+def _refused_under_join(hvd, kind, key, active):
+    """Some rank has joined: ``kind`` must fail with the named error on every active rank."""
+    x = tf.zeros([hvd.size(), 2], tf.float32)
+    name = key.replace("/", ".") + "." + kind
+    with pytest.raises(tf.errors.FailedPreconditionError) as info:
+        if kind == "allgather":
+            hvd.allgather(x, name=name)
+        elif kind == "broadcast":
+            hvd.broadcast(x, root_rank=active[0], name=name)
+        elif kind == "alltoall":
+            hvd.alltoall(x, name=name)
+        else:
+            hvd.reducescatter(x, op=hvd.Sum, name=name)
+    message = str(info.value)
+    assert re.search(r"ha(s|ve) joined", message) and name in message, (kind, message)
+
+
 def _join_phase(hvd, rnd, steps, join_ops):
-    """Rank q runs steps[q] world allreduces, then joins: joined ranks contribute the
-    operation's identity (zeros for Sum and Average, which still divides by the world size)."""
+    """Rank q runs steps[q] world allreduces, then joins. Joined ranks contribute the
+    operation's identity (zeros for Sum and Average, which still divides by the world size;
+    nothing for Min, Max and Product), and the collectives that cannot run without them are
+    refused on every active rank."""
     n, r = hvd.size(), hvd.rank()
     for s in range(steps[r]):
-        reduce_op = join_ops[s]
+        reduce_op, refused = join_ops[s]
         key = f"rand/{SEED}/{rnd}/join/{s}"
-        input_kind = "product" if reduce_op == "Product" else "sum"
         active = [q for q in range(n) if steps[q] > s]
+        if refused is not None and len(active) < n:
+            _refused_under_join(hvd, refused, key, active)
+        input_kind = "product" if reduce_op == "Product" else "sum"
         inputs = [rank_input(key, q, (4,), "float32", input_kind) for q in range(n)]
         got = hvd.allreduce(tf.constant(inputs[r]), op=getattr(hvd, reduce_op),
                             name=key.replace("/", "."))
