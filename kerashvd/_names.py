@@ -1,15 +1,21 @@
 """Names that key collectives in the engine.
 
 Ranks match collectives by name, so a name must come from the caller's own structure, the
-same on every rank: an explicit ``name=``, or an automatic one made of the collective's kind
-and a call counter advanced in call order (at trace time inside ``tf.function``). TF graph
-node names are never used: they can differ between ranks.
+same on every rank: an explicit ``name=``, or an automatic one made of a call counter
+advanced in call order (at trace time inside ``tf.function``). TF graph node names are never
+used: they can differ between ranks.
+
+The key holds no collective kind: an explicit ``name=`` is the key itself, and unnamed calls
+of every kind share one counter (``noname.<n>``). So when ranks disagree on which collective a
+name (or the n-th unnamed call) is, say an allreduce on one rank and an allgather on another,
+their requests meet in the engine, which raises the mismatch on every rank naming both kinds,
+as Horovod does; a kind in the key would have kept them apart, each waiting for ever.
 
 Threads: two threads interleave their calls differently on each rank, so a counter shared
 by them would pair one thread's call on rank 0 with the other thread's call on rank 1 and
 silently reduce the wrong tensors together. Each thread therefore counts for itself. The
-main thread's automatic names are ``<kind>.noname.<n>``; another thread's are
-``<kind>.noname[<thread name>].<n>``, so such a thread must do the same work under the same
+main thread's automatic names are ``noname.<n>``; another thread's are
+``noname[<thread name>].<n>``, so such a thread must do the same work under the same
 name on every rank. Where that cannot be known, an unnamed collective raises ValueError
 asking for ``name=``, on every rank alike (each rank makes the same call from the same kind of
 thread), instead of pairing different calls:
@@ -31,13 +37,14 @@ import sys
 import threading
 
 _lock = threading.Lock()
-# (thread name, or None for the main thread; kind; process set id) -> next call number.
+# (thread name, or None for the main thread; process set id) -> next call number.
 _counters = collections.defaultdict(int)
 
 
 def tensor_name(kind, name=None, process_set_id=0):
-    """The key of a collective. Counters are kept per thread and per process set: each set's
-    members call its collectives in the same order, but only they do.
+    """The key of a collective of ``kind`` (named in errors only). Counters are kept per
+    thread and per process set: each set's members call its collectives in the same order,
+    but only they do.
 
     Raises:
         ValueError: for a bad ``name``, or an unnamed call from a thread that shares its name
@@ -46,17 +53,23 @@ def tensor_name(kind, name=None, process_set_id=0):
     if name is not None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty string; received name={name!r}")
-        return f"{kind}.{name}"
+        return name
     thread = threading.current_thread()
     owner = None if thread is threading.main_thread() else thread.name
     if owner is not None:
         _check_thread(thread, kind)
         _check_unique(thread, kind)
     with _lock:
-        key = (owner, kind, process_set_id)
+        key = (owner, process_set_id)
         n = _counters[key]
         _counters[key] += 1
-    return f"{kind}.noname.{n}" if owner is None else f"{kind}.noname[{owner}].{n}"
+    return f"noname.{n}" if owner is None else f"noname[{owner}].{n}"
+
+
+def derived(key, part):
+    """The key of a collective that belongs to the one keyed ``key`` (its gradient, the
+    size and data steps of an object broadcast): ``<key>.<part>``."""
+    return f"{key}.{part}"
 
 
 # Python's own names for threads it names: Thread-N, Thread-N (target), Dummy-N.

@@ -69,11 +69,11 @@ def _name(op):
     """The key of one gradient call of ``op``: the same on every rank, new for each call."""
     forward = op.get_attr("tensor_name").decode()
     if tf.executing_eagerly():
-        return _names.tensor_name(forward, "grad")
+        return _names.derived(forward, "grad")
     calls = _grad_calls.setdefault(_outermost_graph(), {})
     n = calls.get(forward, 0)
     calls[forward] = n + 1
-    return _names.tensor_name(forward, "grad" if n == 0 else f"grad.call{n}")
+    return _names.derived(forward, "grad" if n == 0 else f"grad.call{n}")
 
 
 def _per_dtype(grouped_op, tensors, name):

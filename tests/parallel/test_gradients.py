@@ -222,8 +222,8 @@ def test_two_gradient_calls_of_one_op_in_a_graph(hvd):
     def grads(x):
         with tf.GradientTape(persistent=True) as tape:
             tape.watch(x)
-            y = hvd.allgather(x, name="grad.twice")
-            z = hvd.grouped_reducescatter([tf.concat([x] * n, 0)], op=hvd.Sum, name="grad.twice")
+            y = hvd.allgather(x, name="grad.twice.gather")
+            z = hvd.grouped_reducescatter([tf.concat([x] * n, 0)], op=hvd.Sum, name="grad.twice.scatter")
             first, second = tf.reduce_sum(y) + tf.reduce_sum(z[0]), tf.reduce_sum(y * y)
         return tape.gradient(first, x), tape.gradient(second, x)
 

@@ -46,7 +46,26 @@ def test_shape_mismatch(hvd):
     r, n = hvd.rank(), hvd.size()
     msg = _mismatch_message(lambda: hvd.allreduce(tf.ones([_others(r, 2, 3)]), name="mm.shape"))
     _job_goes_on(hvd, "shape")
-    _assert_names(msg, "allreduce", "allreduce.mm.shape", "shape", ["[2]"] + ["[3]"] * (n - 1))
+    _assert_names(msg, "allreduce", "mm.shape", "shape", ["[2]"] + ["[3]"] * (n - 1))
+
+
+@multi_rank
+@pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed"])
+def test_different_kinds_under_one_name(hvd, named):
+    """Rank 0 allreduces what the others allgather, under one name (or as the same unnamed
+    call): every rank raises the mismatch naming both kinds, instead of each kind waiting for
+    the other ranks for ever."""
+    r, n = hvd.rank(), hvd.size()
+    name = "mm.kinds" if named else None
+    x = tf.ones([2])
+    if r == 0:
+        msg = _mismatch_message(lambda: hvd.allreduce(x, op=hvd.Sum, name=name))
+    else:
+        msg = _mismatch_message(lambda: hvd.allgather(x, name=name))
+    _job_goes_on(hvd, f"kinds/{named}")
+    tensor = "mm.kinds" if named else msg.split("for tensor '")[1].split("'")[0]
+    assert named or tensor.startswith("noname."), msg
+    _assert_names(msg, "allreduce", tensor, "collective", ["allreduce"] + ["allgather"] * (n - 1))
 
 
 @multi_rank
@@ -55,7 +74,7 @@ def test_dtype_mismatch(hvd):
     dtype = _others(r, tf.float32, tf.float64)
     msg = _mismatch_message(lambda: hvd.allreduce(tf.ones([4], dtype), name="mm.dtype"))
     _job_goes_on(hvd, "dtype")
-    _assert_names(msg, "allreduce", "allreduce.mm.dtype", "dtype", ["float32"] + ["float64"] * (n - 1))
+    _assert_names(msg, "allreduce", "mm.dtype", "dtype", ["float32"] + ["float64"] * (n - 1))
 
 
 @multi_rank
@@ -64,7 +83,7 @@ def test_op_mismatch(hvd):
     op = _others(r, hvd.Sum, hvd.Max)
     msg = _mismatch_message(lambda: hvd.allreduce(tf.ones([4]), op=op, name="mm.op"))
     _job_goes_on(hvd, "op")
-    _assert_names(msg, "allreduce", "allreduce.mm.op", "reduce op", ["Sum"] + ["Max"] * (n - 1))
+    _assert_names(msg, "allreduce", "mm.op", "reduce op", ["Sum"] + ["Max"] * (n - 1))
 
 
 @multi_rank
@@ -73,7 +92,7 @@ def test_prescale_mismatch(hvd):
     msg = _mismatch_message(lambda: hvd.allreduce(tf.ones([4]), op=hvd.Sum, prescale_factor=_others(r, 1.0, 2.0),
                                                   name="mm.prescale"))
     _job_goes_on(hvd, "prescale")
-    _assert_names(msg, "allreduce", "allreduce.mm.prescale", "prescale_factor", ["1"] + ["2"] * (n - 1))
+    _assert_names(msg, "allreduce", "mm.prescale", "prescale_factor", ["1"] + ["2"] * (n - 1))
 
 
 @multi_rank
@@ -81,7 +100,7 @@ def test_root_rank_mismatch(hvd):
     r, n = hvd.rank(), hvd.size()
     msg = _mismatch_message(lambda: hvd.broadcast(tf.ones([3]), root_rank=_others(r, 0, 1), name="mm.root"))
     _job_goes_on(hvd, "root")
-    _assert_names(msg, "broadcast", "broadcast.mm.root", "root_rank", ["0"] + ["1"] * (n - 1))
+    _assert_names(msg, "broadcast", "mm.root", "root_rank", ["0"] + ["1"] * (n - 1))
 
 
 @multi_rank
@@ -90,7 +109,7 @@ def test_allgather_trailing_shape_mismatch(hvd):
     x = tf.ones([r + 1, _others(r, 2, 3)])  # first dims may differ, the others may not
     msg = _mismatch_message(lambda: hvd.allgather(x, name="mm.gather"))
     _job_goes_on(hvd, "gather")
-    _assert_names(msg, "allgather", "allgather.mm.gather", "shape", ["[*, 2]"] + ["[*, 3]"] * (n - 1))
+    _assert_names(msg, "allgather", "mm.gather", "shape", ["[*, 2]"] + ["[*, 3]"] * (n - 1))
 
 
 @multi_rank
@@ -98,7 +117,7 @@ def test_reducescatter_first_dim_mismatch(hvd):
     r, n = hvd.rank(), hvd.size()
     msg = _mismatch_message(lambda: hvd.reducescatter(tf.ones([_others(r, 4, 5)]), name="mm.scatter"))
     _job_goes_on(hvd, "scatter")
-    _assert_names(msg, "reducescatter", "reducescatter.mm.scatter", "shape", ["[4]"] + ["[5]"] * (n - 1))
+    _assert_names(msg, "reducescatter", "mm.scatter", "shape", ["[4]"] + ["[5]"] * (n - 1))
 
 
 @multi_rank
@@ -107,7 +126,7 @@ def test_grouped_number_of_tensors_mismatch(hvd):
     tensors = [tf.ones([2])] * _others(r, 1, 2)
     msg = _mismatch_message(lambda: hvd.grouped_allreduce(tensors, name="mm.group"))
     _job_goes_on(hvd, "group")
-    _assert_names(msg, "allreduce", "grouped_allreduce.mm.group", "number of tensors", ["1"] + ["2"] * (n - 1))
+    _assert_names(msg, "allreduce", "mm.group", "number of tensors", ["1"] + ["2"] * (n - 1))
 
 
 @multi_rank
@@ -118,7 +137,7 @@ def test_mismatch_after_the_signature_was_cached(hvd):
         hvd.allreduce(tf.ones([2]), name="mm.cached")
     msg = _mismatch_message(lambda: hvd.allreduce(tf.ones([_others(r, 2, 5)]), name="mm.cached"))
     again = hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="mm.cached.sum")
-    _assert_names(msg, "allreduce", "allreduce.mm.cached", "shape", ["[2]"] + ["[5]"] * (n - 1))
+    _assert_names(msg, "allreduce", "mm.cached", "shape", ["[2]"] + ["[5]"] * (n - 1))
     np.testing.assert_array_equal(again.numpy(), [n, n])
 
 
@@ -132,7 +151,7 @@ def test_mismatch_inside_tf_function(hvd):
 
     msg = _mismatch_message(lambda: step(tf.ones([_others(r, 3, 4)])))
     _job_goes_on(hvd, "fn")
-    _assert_names(msg, "allreduce", "allreduce.mm.fn", "shape", ["[3]"] + ["[4]"] * (n - 1))
+    _assert_names(msg, "allreduce", "mm.fn", "shape", ["[3]"] + ["[4]"] * (n - 1))
 
 
 @multi_rank
@@ -148,7 +167,7 @@ def test_one_mismatch_among_several_collectives_in_a_function(hvd):
 
     msg = _mismatch_message(lambda: step(tf.ones([2]), tf.ones([_others(r, 3, 4)]), tf.ones([5])))
     a, b, c = step(tf.ones([2]), tf.ones([3]), tf.ones([5]))
-    _assert_names(msg, "allreduce", "allreduce.mm.several.b", "shape", ["[3]"] + ["[4]"] * (n - 1))
+    _assert_names(msg, "allreduce", "mm.several.b", "shape", ["[3]"] + ["[4]"] * (n - 1))
     assert "mm.several.a" not in msg and "mm.several.c" not in msg
     np.testing.assert_array_equal(a.numpy(), [n, n])
     np.testing.assert_array_equal(b.numpy(), [1.0, 1.0, 1.0])
@@ -181,7 +200,7 @@ def test_same_name_submitted_twice_concurrently(hvd):
     assert results["first"].numpy()[0] == n
     if r != late:
         assert message is not None, "the second 'dup' did not fail"
-        assert f"A collective named 'allreduce.dup' is already in flight on rank {r}" in message
+        assert f"A collective named 'dup' is already in flight on rank {r}" in message
 
 
 # --- wrong arguments: local errors, no collective is started --------------------------------

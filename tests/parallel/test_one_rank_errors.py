@@ -68,7 +68,7 @@ def test_bad_alltoall_splits_on_one_rank(hvd, case):
     splits = splits_of(n) if hvd.rank() == bad else [4] + [0] * (n - 1)
     outcome = _outcome(lambda: hvd.alltoall(tf.ones([4]), splits=splits, name=f"one_rank.splits/{case}"))
     _job_goes_on(hvd, f"splits/{case}")
-    _check(hvd, bad, outcome, ValueError, text, f"alltoall.one_rank.splits/{case}")
+    _check(hvd, bad, outcome, ValueError, text, f"one_rank.splits/{case}")
 
 
 @multi_rank
@@ -87,7 +87,7 @@ def test_bad_alltoall_splits_on_one_rank_inside_tf_function(hvd, case):
     outcome = _outcome(lambda: exchange(tf.ones([4]), tf.constant(splits, dtype)))
     _job_goes_on(hvd, f"fn.splits/{case}")
     _check(hvd, bad, outcome, tf.errors.InvalidArgumentError, text,
-           f"alltoall.one_rank.fn.splits/{case}")
+           f"one_rank.fn.splits/{case}")
     got = exchange(tf.ones([4]), tf.constant([4] + [0] * (n - 1), dtype))  # the function still works
     assert got.shape[0] == (4 * n if hvd.rank() == 0 else 0)
 
@@ -113,7 +113,7 @@ def test_broadcast_object_unpicklable_on_the_root_only(hvd):
     outcome = _outcome(lambda: hvd.broadcast_object(obj, root_rank=0, name="one_rank.object"))
     _job_goes_on(hvd, "object")
     _check(hvd, 0, outcome, pickle.PicklingError, "this object refuses to be pickled",
-           "broadcast.broadcast_object.one_rank.object.size")
+           "one_rank.object.size")
     assert hvd.broadcast_object({"ok": hvd.rank()}, root_rank=0) == {"ok": 0}
 
 
@@ -124,7 +124,7 @@ def test_allgather_object_unpicklable_on_one_rank(hvd):
     outcome = _outcome(lambda: hvd.allgather_object(obj, name="one_rank.gather_object"))
     _job_goes_on(hvd, "gather_object")
     _check(hvd, bad, outcome, pickle.PicklingError, "this object refuses to be pickled",
-           "allgather.allgather_object.one_rank.gather_object.size")
+           "one_rank.gather_object.size")
     assert hvd.allgather_object(hvd.rank()) == list(range(hvd.size()))
 
 
@@ -134,7 +134,7 @@ def test_root_rank_out_of_range_on_one_rank(hvd):
     root = n + 3 if hvd.rank() == bad else 0
     outcome = _outcome(lambda: hvd.broadcast(tf.ones([2]), root_rank=root, name="one_rank.root"))
     _job_goes_on(hvd, "root")
-    _check(hvd, bad, outcome, ValueError, f"received root_rank={n + 3}", "broadcast.one_rank.root")
+    _check(hvd, bad, outcome, ValueError, f"received root_rank={n + 3}", "one_rank.root")
 
 
 @multi_rank
@@ -147,7 +147,7 @@ def test_scalar_allgather_on_one_rank_and_unnamed_calls_stay_aligned(hvd):
     err, _ = outcome
     assert err is not None
     if hvd.rank() != bad:
-        assert "allgather.noname." in str(err) and f"failed on rank {bad}" in str(err), str(err)
+        assert "noname." in str(err) and f"failed on rank {bad}" in str(err), str(err)
     assert "rank >= 1" in str(err), str(err)
     got = hvd.allgather(tf.fill([1], float(hvd.rank())))  # unnamed: must pair with itself
     np.testing.assert_array_equal(got.numpy(), np.arange(hvd.size(), dtype=np.float32))
@@ -163,7 +163,7 @@ def test_bad_splits_on_one_member_of_a_process_set(hvd):
             splits = [-1, 3] + [0] * (k - 2) if hvd.rank() == bad else [2] + [0] * (k - 1)
             outcome = _outcome(lambda: hvd.alltoall(tf.ones([2]), splits=splits,
                                                     name="one_rank.set", process_set=ps))
-            _check(hvd, bad, outcome, ValueError, "splits must be >= 0", "alltoall.one_rank.set")
+            _check(hvd, bad, outcome, ValueError, "splits must be >= 0", "one_rank.set")
             got = hvd.allreduce(tf.constant(1.0), op=hvd.Sum, process_set=ps, name="one_rank.set.after")
             assert float(got) == k
     finally:

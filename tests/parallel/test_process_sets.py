@@ -357,6 +357,6 @@ def test_timeline_rows_of_a_set_name_the_set(hvd, sets, tmp_path):
         hvd.stop_timeline()
     with open(str(path).replace("{rank}", str(hvd.rank()))) as f:
         rows = {e["args"]["name"] for e in json.load(f) if e["name"] == "thread_name"}
-    assert "allreduce.ps.timeline" in rows, rows
-    in_set = f"process_set.{ps.process_set_id}/allreduce.ps.timeline"
+    assert "ps.timeline" in rows, rows
+    in_set = f"process_set.{ps.process_set_id}/ps.timeline"
     assert (in_set in rows) == ps.included(), rows

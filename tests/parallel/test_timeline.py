@@ -34,15 +34,15 @@ def test_timeline_records_the_phases_of_named_collectives(hvd, tmp_path):
         events = json.load(f)
 
     phases = _phases_by_tensor(events)
-    assert {"NEGOTIATE", "QUEUE", "ALLREDUCE"} <= phases["allreduce.timeline.single"], phases
+    assert {"NEGOTIATE", "QUEUE", "ALLREDUCE"} <= phases["timeline.single"], phases
     assert {"NEGOTIATE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "ALLREDUCE",
-            "MEMCPY_OUT_FUSION_BUFFER"} <= phases["grouped_allreduce.timeline.fused"], phases
-    assert {"NEGOTIATE", "QUEUE", "ALLGATHER"} <= phases["allgather.timeline.gather"], phases
+            "MEMCPY_OUT_FUSION_BUFFER"} <= phases["timeline.fused"], phases
+    assert {"NEGOTIATE", "QUEUE", "ALLGATHER"} <= phases["timeline.gather"], phases
     assert any(e["name"] == "CYCLE" and e["ph"] == "X" for e in events)
     # Each tensor has its own named row; every event belongs to this rank.
     rows = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
-    assert {"allreduce.timeline.single", "grouped_allreduce.timeline.fused",
-            "allgather.timeline.gather"} <= rows
+    assert {"timeline.single", "timeline.fused",
+            "timeline.gather"} <= rows
     assert {e["pid"] for e in events} == {rank}
     for e in events:
         if e["ph"] == "X":
@@ -61,7 +61,7 @@ def test_timeline_without_rank_placeholder_is_written_by_rank_0_only(hvd, tmp_pa
     assert path.exists() == (hvd.rank() == 0)
     if hvd.rank() == 0:
         with open(path) as f:
-            assert "allreduce.timeline.rank0_only" in _phases_by_tensor(json.load(f))
+            assert "timeline.rank0_only" in _phases_by_tensor(json.load(f))
 
 
 def test_timeline_stops_at_max_size_with_a_truncation_event(hvd, tmp_path):
