@@ -22,7 +22,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The `slurm_cluster` fixture: a real one-host SLURM cluster (tests/slurm_cluster.py); small
 # real data sets for the recipes (tests/datasets/fixtures.py).
-pytest_plugins = ["slurm_cluster", "datasets.fixtures"]
+pytest_plugins = ["slurm_cluster", "multinode_cluster", "datasets.fixtures"]
 
 
 _SEGMENTS_AT_START = set()
