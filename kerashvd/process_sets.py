@@ -93,10 +93,23 @@ class ProcessSet:
         self.ranks = sorted(values)
 
     def _check_registered(self):
+        """Raises ValueError unless this object is the registered set of its id: a set made
+        by hand with another set's id (or a removed one) would name some ranks while its
+        collectives run among others."""
         _require_init()
         if self.process_set_id is None:
             raise ValueError(f"{self!r} is not registered: pass it to "
                              "kerashvd.init(process_sets=[...]) or kerashvd.add_process_set().")
+        with _lock:
+            registered = _registered.get(self.process_set_id)
+        if registered is None:
+            raise ValueError(f"{self!r}: no process set with id {self.process_set_id} is "
+                             "registered (it was removed, or the id was set by hand). Use the "
+                             "object that kerashvd.add_process_set() or init() registered.")
+        if registered.ranks != self.ranks:
+            raise ValueError(f"{self!r} has the id of the registered set {registered!r}, whose "
+                             "ranks differ. Use the object that kerashvd.add_process_set() or "
+                             "init() registered; a set's id is kerashvd's, not to be set by hand.")
 
     def size(self):
         """Returns the number of members."""

@@ -331,6 +331,27 @@ def test_removed_set_fails_clearly(hvd, sets):
         sets[name] = hvd.add_process_set(ranks)  # the later tests use it
 
 
+@pytest.mark.skipif(WORLD < 2, reason="a proper subset needs at least two ranks")
+def test_a_set_with_a_hand_made_id_is_refused(hvd, sets):
+    """A ProcessSet given another set's id (or an unknown one) would name some ranks while its
+    collectives ran among others, a silent wrong answer: every rank raises ValueError, from
+    the queries and from the collectives alike, before anything is queued."""
+    registered = sets["evens"]
+    alias = hvd.ProcessSet(list(range(hvd.size())))
+    alias.process_set_id = registered.process_set_id
+    unknown = hvd.ProcessSet([0])
+    unknown.process_set_id = 10_000
+    for ps, text in ((alias, "whose ranks differ"), (unknown, "no process set with id 10000")):
+        with pytest.raises(ValueError, match=text):
+            ps.size()
+        with pytest.raises(ValueError, match=text):
+            hvd.allreduce(tf.constant(1.0), op=hvd.Sum, process_set=ps)
+    # The registered object still works.
+    if registered.included():
+        got = hvd.allreduce(tf.constant(1.0), op=hvd.Sum, process_set=registered)
+        assert float(got) == registered.size()
+
+
 def test_init_arguments_of_horovod(hvd):
     from mpi4py import MPI
 
