@@ -316,14 +316,8 @@ class MultiNodeCluster(SlurmCluster):
     def start(self):
         self._make_network()
         self._write_config()
-        c, r = self._commands, self.root
-        self._start("munged", [c["munged"], "--foreground", "--force",
-                               f"--socket={self.munge_socket}",
-                               f"--key-file={r}/munge/munge.key", f"--log-file={r}/munge/log",
-                               f"--pid-file={r}/munge/pid", f"--seed-file={r}/munge/seed"],
-                    lambda: os.path.exists(self.munge_socket), "its socket appears")
-        self._start("slurmctld", [c["slurmctld"], "-D", "-f", self.conf],
-                    lambda: self._node_state() is not None, "sinfo answers")
+        self._start_controller()
+        c = self._commands
         node_script = ('mount --make-rprivate / && hostname "$1" && '
                        'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && '
                        'exec "$3" -D -f "$2" -N "$1"')

@@ -257,8 +257,8 @@ class SlurmCluster:
         proc = self.run(["sinfo", "-h", "-o", "%t"], timeout=20)
         return proc.stdout.strip() if proc.returncode == 0 else None
 
-    def start(self):
-        self._write_config()
+    def _start_controller(self):
+        """Starts munged and slurmctld (the nodes' slurmd come after)."""
         c, r = self._commands, self.root
         self._start("munged", [c["munged"], "--foreground", "--force",
                                f"--socket={self.munge_socket}",
@@ -267,6 +267,11 @@ class SlurmCluster:
                     lambda: os.path.exists(self.munge_socket), "its socket appears")
         self._start("slurmctld", [c["slurmctld"], "-D", "-f", self.conf],
                     lambda: self._node_state() is not None, "sinfo answers")
+
+    def start(self):
+        self._write_config()
+        self._start_controller()
+        c = self._commands
         self._start("slurmd", [c["slurmd"], "-D", "-f", self.conf, "-N", self.node],
                     lambda: self._node_state() == "idle", "the node becomes idle")
 
