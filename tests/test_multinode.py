@@ -4,7 +4,8 @@ Each node is a set of namespaces with its own hostname, address and /dev/shm, so
 separate hosts and its traffic between them goes over a network (a bridge), as on a real
 cluster. Covers: the topology (local and cross ranks and sizes, is_homogeneous) at 2 nodes x
 2 ranks, 3 nodes x 1 rank and an uneven 2 + 1; the collectives against numpy across nodes;
-kerashvdrun in a 2-node batch allocation starting its ranks on both nodes.
+kerashvdrun in a 2-node batch allocation starting its ranks on both nodes; the CPU template
+training the quickstart with -N 2.
 """
 
 import json
@@ -112,3 +113,23 @@ def test_each_node_has_its_own_host_address_and_shm(cluster_3_nodes):
     shm = os.stat("/dev/shm")
     devices = {tuple(t[2]) for t in tasks}
     assert len(devices) == 3 and (shm.st_dev, shm.st_ino) not in devices, tasks
+
+
+@pytest.mark.slow
+def test_cpu_template_trains_on_two_nodes(cluster_2_nodes, tmp_path):
+    """The README's multi-node line: recipes/slurm/cpu.sbatch with -N 2 trains the quickstart
+    with one rank per node, and the job log stays free of TensorFlow's start-up notices."""
+    from conftest import REPO, TF_NOTICE
+
+    template = os.path.join(REPO, "recipes", "slurm", "cpu.sbatch")
+    job = cluster_2_nodes.sbatch(template, "recipes/quickstart.py", "--tiny", chdir=REPO,
+                                 env=RANK_ENV,
+                                 options=["--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1",
+                                          f"--output={tmp_path}/%x-%j.out"])
+    state = cluster_2_nodes.wait(job, timeout=600)
+    log = cluster_2_nodes.log(job)
+    assert state == "COMPLETED", log[-5000:]
+    assert "2 node(s), 2 ranks" in log, log[-3000:]
+    match = re.search(r"ranks=2 final val_accuracy=([0-9.]+)", log)
+    assert match and float(match.group(1)) > 0.8, log[-5000:]
+    assert not [line for line in log.splitlines() if TF_NOTICE.search(line)], log[-5000:]
