@@ -48,15 +48,23 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.fixture
 def shm_segments_left():
     """A function listing the MPICH segments made since the test began that are still in
-    /dev/shm after up to ``within`` seconds; at the end of the test, the dead ones go."""
+    /dev/shm after up to ``within`` seconds with no live process using them (a segment in use
+    belongs to a running job: another test's, or another session's on this machine); at the
+    end of the test, the dead ones go."""
     from kerashvd.launcher import shm_segments
 
     before = shm_segments.segments()
 
+    def dead_since_start():
+        new = shm_segments.segments() - before
+        paths = {os.path.join(shm_segments.SHM_DIR, name) for name in new}
+        used = {os.path.basename(path) for path in shm_segments._in_use(paths)}
+        return new - used
+
     def left(within=5.0):
         deadline = time.monotonic() + within
         while True:
-            dead = shm_segments.segments() - before
+            dead = dead_since_start()
             if not dead or time.monotonic() > deadline:
                 return sorted(dead)
             time.sleep(0.2)
