@@ -175,6 +175,16 @@ def test_kerashvdrun_flags_become_kerashvd_variables():
      "expected a finite number >= 2, received 'inf'"),
     (["-np", "2", "--stall-check-time", "nan", "python"],
      "expected a finite number >= 0, received 'nan'"),
+    (["-np", "2", "--max-restarts", "-1", "python"],
+     "--max-restarts: expected an integer >= 0, received '-1'"),
+    (["-np", "2", "--max-restarts", "1.5", "python"],
+     "--max-restarts: expected an integer >= 0, received '1.5'"),
+    (["-np", "2", "--restart-delay", "-1", "python"],
+     "--restart-delay: expected a finite number of seconds >= 0, received '-1'"),
+    (["-np", "2", "--restart-delay", "inf", "python"],
+     "--restart-delay: expected a finite number of seconds >= 0, received 'inf'"),
+    (["-np", "2", "--restart-delay", "soon", "python"],
+     "--restart-delay: expected a finite number of seconds >= 0, received 'soon'"),
 ])
 def test_kerashvdrun_bad_arguments_give_clear_errors(args, message, capsys):
     from kerashvd.launcher import cli
@@ -195,7 +205,7 @@ def test_kerashvdrun_uses_hosts_and_slurm_allocation(monkeypatch, capsys):
     monkeypatch.setenv("SLURM_NTASKS", "4")
     monkeypatch.delenv("SLURM_STEP_ID", raising=False)  # not inside an srun step
     assert cli.main(["--dry-run", "python", "x.py"]) == 0
-    assert "srun --mpi=pmi2 -n 4 " in capsys.readouterr().err
+    assert "srun --mpi=pmi2 --kill-on-bad-exit=1 -n 4 " in capsys.readouterr().err
 
 
 def test_kerashvdrun_hostfile_and_mpi_args(monkeypatch, tmp_path, capsys):

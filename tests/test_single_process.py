@@ -158,11 +158,14 @@ def test_unknown_kerashvd_variable_makes_init_raise():
             text = str(err)
             assert "KERASHVD_FOO" in text and "KERASHVD_FUSION_THRESHOLDS" in text, text
             assert "KERASHVD_FUSION_THRESHOLD," in text or "KERASHVD_FUSION_THRESHOLD " in text, text
+            # kerashvdrun --max-restarts sets it in every rank: known, not an error.
+            assert "KERASHVD_RESTART_COUNT" in text.split("Known:")[1], text
+            assert "KERASHVD_RESTART_COUNT" not in text.split("Known:")[0], text
         else:
             raise AssertionError("init() with KERASHVD_FOO set did not raise")
         assert not hvd.is_initialized()
         print("DONE")
-    """, KERASHVD_FOO="1", KERASHVD_FUSION_THRESHOLDS="1024")
+    """, KERASHVD_FOO="1", KERASHVD_FUSION_THRESHOLDS="1024", KERASHVD_RESTART_COUNT="1")
 
 
 def test_bad_values_of_known_settings_make_init_raise():

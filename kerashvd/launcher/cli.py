@@ -9,6 +9,7 @@ Example::
 """
 
 import argparse
+import math
 import os
 import queue
 import re
@@ -20,9 +21,10 @@ from . import command as _command
 from .engine_flags import add_engine_flags, engine_environment
 from .errors import LaunchError
 from .hosts import check_slots, is_local, parse_hostfile, parse_hosts
-from .job import run_job
+from .job import JobOutcome, run_job
 from .mpiexec import find_mpiexec
 from .reports import ReportServer
+from .restarts import DEFAULT_DELAY, VARIABLE as RESTART_VARIABLE, run_with_restarts
 
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -32,6 +34,9 @@ Run COMMAND on NP processes with kerashvd (through the mpiexec of the `mpich` pa
 Each rank runs under a small supervisor: when any rank exits with a non-zero code or is killed,
 kerashvdrun stops all the others and exits with that first failed rank's code (128 + N for a
 rank killed by signal N). Ctrl-C or SIGTERM stops every rank (send it twice to force).
+With --max-restarts N, a failed job is started again, every rank, up to N times, with
+KERASHVD_RESTART_COUNT (0, 1, ...) in every rank's environment; the script resumes from its
+own checkpoint. A job stopped with Ctrl-C or SIGTERM is never restarted.
 Inside a SLURM allocation (SLURM_JOB_ID set, no -H or --hostfile) the ranks are SLURM tasks
 started with `srun --mpi=pmi2` (plus --overlap inside an srun step), so each gets its own
 --cpus-per-task CPUs and GPUs; -np defaults to SLURM_NTASKS.
@@ -42,6 +47,7 @@ examples:
   kerashvdrun -np 2 python train.py
   kerashvdrun -np 8 -H node1:4,node2:4 python train.py     (same paths on every host)
   kerashvdrun -np 4 --fusion-threshold-mb 32 --cycle-time-ms 2 -x OMP_NUM_THREADS=1 python train.py
+  kerashvdrun -np 4 --max-restarts 3 python train.py --checkpoint-dir ckpt   (resumes on a restart)
   kerashvdrun python train.py                 (in an sbatch script: srun --mpi=pmi2 -n $SLURM_NTASKS)
 """
 
@@ -53,6 +59,27 @@ def _positive_int(text):
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, received {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, received {text!r}")
+    return value
+
+
+def _non_negative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, received {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, received {text!r}")
+    return value
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number of seconds >= 0, received {text!r}")
     return value
 
 
@@ -92,6 +119,19 @@ def build_parser():
         help="extra options for hydra's mpiexec, as one quoted string placed before -n, e.g. "
              "--mpi-args='-bind-to core' (see mpiexec -help); inside a SLURM allocation, "
              "options for srun instead, e.g. --mpi-args='--cpus-per-task=4'")
+    restarts = parser.add_argument_group(
+        "restarts (torchrun's --max-restarts; the script resumes from its own checkpoint)")
+    restarts.add_argument(
+        "--max-restarts", type=_non_negative_int, default=0, metavar="N",
+        help="when the job fails (a rank exits non-zero or is killed), stop every rank and "
+             "start them all again, up to N times; every rank gets "
+             f"{RESTART_VARIABLE}=0 on the first attempt, 1 on the first restart, ... "
+             "A job stopped with Ctrl-C or SIGTERM is not restarted. Default: 0 (never)")
+    restarts.add_argument(
+        "--restart-delay", type=_seconds, default=DEFAULT_DELAY, metavar="SECONDS",
+        help="seconds to wait after a failed attempt's ranks have all ended before starting "
+             f"the next (default {DEFAULT_DELAY:g}: time for GPU memory, ports and files the "
+             "dead ranks held to be released)")
     add_engine_flags(parser.add_argument_group(
         "engine settings (become KERASHVD_* variables in every rank, read by kerashvd.init())"))
     parser.add_argument(
@@ -155,9 +195,10 @@ def main(argv=None):
         argv: command-line arguments, without the program name.
 
     Returns:
-        0 when every rank succeeded; the first failed rank's exit code (128 + N for a rank
-        killed by signal N); 128 + N when kerashvdrun itself got signal N; 2 for bad arguments
-        or when mpiexec (srun inside a SLURM allocation) cannot be found.
+        0 when every rank succeeded (on some attempt, with ``--max-restarts``); the first
+        failed rank's exit code (128 + N for a rank killed by signal N), of the last attempt
+        with ``--max-restarts``; 128 + N when kerashvdrun itself got signal N; 2 for bad
+        arguments or when mpiexec (srun inside a SLURM allocation) cannot be found.
 
     Example:
 
@@ -182,26 +223,34 @@ def main(argv=None):
         return 2
 
     local = not slurm and all(is_local(h.name) for h in hosts or [])
-    events = queue.Queue()
-    with ReportServer(events, local=local) as server:
-        supervision = dict(report_address=server.address, token=server.token,
-                           prefix_output=args.prefix_output)
-        if slurm:
-            argv = _command.srun_command(launcher, np, args.command, env=env,
-                                         srun_args=args.mpi_args, **supervision)
-        else:
-            argv = _command.mpiexec_command(launcher, np, args.command, env=env, hosts=hosts,
-                                            mpi_args=args.mpi_args, **supervision)
-        if args.verbose or args.dry_run:
-            print(f"kerashvdrun: {shlex.join(argv)}", file=sys.stderr, flush=True)
-        if args.dry_run:
-            return 0
-        try:
-            outcome = run_job(argv, events, log=lambda message: print(
-                f"kerashvdrun: {message}", file=sys.stderr, flush=True))
-        except OSError as err:
-            print(f"kerashvdrun: error: could not start {argv[0]}: {err}", file=sys.stderr)
-            return 2
+    log = lambda message: print(f"kerashvdrun: {message}", file=sys.stderr, flush=True)  # noqa: E731
+
+    def run_attempt(restart_count, signals):
+        events = queue.Queue()
+        rank_env = dict(env, **{RESTART_VARIABLE: str(restart_count)})
+        with ReportServer(events, local=local) as server:  # a new token: no stale reports
+            supervision = dict(report_address=server.address, token=server.token,
+                               prefix_output=args.prefix_output)
+            if slurm:
+                argv = _command.srun_command(launcher, np, args.command, env=rank_env,
+                                             srun_args=args.mpi_args, **supervision)
+            else:
+                argv = _command.mpiexec_command(launcher, np, args.command, env=rank_env,
+                                                hosts=hosts, mpi_args=args.mpi_args,
+                                                **supervision)
+            if args.verbose or args.dry_run:
+                print(f"kerashvdrun: {shlex.join(argv)}", file=sys.stderr, flush=True)
+            if args.dry_run:
+                return JobOutcome(returncode=0)
+            return run_job(argv, events, log=log, signals=signals)
+
+    try:
+        outcome, _ = run_with_restarts(
+            run_attempt, args.max_restarts, args.restart_delay, log=log,
+            launcher="srun" if slurm else "mpiexec")
+    except OSError as err:
+        print(f"kerashvdrun: error: could not start {launcher}: {err}", file=sys.stderr)
+        return 2
     return outcome.exit_code
 
 

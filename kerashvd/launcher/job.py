@@ -23,6 +23,7 @@ when it dies, on which the supervisor stops its rank (SIGTERM, then SIGKILL; see
 ``_supervisor.py``), also on other hosts.
 """
 
+import contextlib
 import dataclasses
 import os
 import queue
@@ -80,8 +81,17 @@ class _Line(str):
 _EOF = object()
 
 
-class _SignalCatcher:
-    """Records SIGINT/SIGTERM while installed (only possible in the main thread)."""
+class SignalCatcher:
+    """Records SIGINT/SIGTERM while installed (only possible in the main thread).
+
+    :func:`run_job` installs one for the job; the restart loop (``restarts.py``) holds one
+    across attempts and the waits between them and passes it in, so that a signal is never
+    missed between two attempts.
+
+    Attributes:
+        received: the first signal received, or ``None``.
+        force: a second signal was received (skip ahead to stopping the job by force).
+    """
 
     def __init__(self):
         self.received = None
@@ -178,7 +188,7 @@ def _environment():
     return {k: v for k, v in os.environ.items() if not k.startswith("PMI_")}
 
 
-def run_job(argv, events, *, capture_output=False, on_line=None, log=None):
+def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signals=None):
     """Runs ``argv`` (an mpiexec command) until it ends; stops it on a failure or a signal.
 
     Args:
@@ -189,6 +199,8 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None):
             ``on_line``; otherwise they are inherited from this process.
         on_line: called with each captured line (without its newline).
         log: called with the launcher's own messages (a failure, a signal); ``None``: silent.
+        signals: an installed :class:`SignalCatcher` to read instead of installing one; a
+            signal it received before the job started stops the job at once.
 
     Returns:
         A :class:`JobOutcome`.
@@ -225,7 +237,7 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None):
             state["eof"] = True
 
     exited_at = None
-    with _SignalCatcher() as signals:
+    with contextlib.nullcontext(signals) if signals is not None else SignalCatcher() as signals:
         while True:
             if signals.received is not None and outcome.interrupted is None:
                 outcome.interrupted = signals.received
