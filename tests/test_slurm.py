@@ -3,8 +3,9 @@
 Covers: ``srun --mpi=pmi2`` gives one MPI world; a plain ``srun`` (each task a world of one)
 is an error on every task; the launches that are fine inside a batch script (plain python,
 kerashvdrun, the mpich package's mpiexec, srun, kerashvdrun inside an srun step); a failing
-rank under kerashvdrun stops the job; and the sbatch templates in recipes/slurm/ train a recipe
-with a log free of TensorFlow's start-up notices, and the GPU template warns when no GPU is bound.
+rank under kerashvdrun stops the job, and with --max-restarts starts it again; and the sbatch
+templates in recipes/slurm/ train a recipe with a log free of TensorFlow's start-up notices,
+and the GPU template warns when no GPU is bound.
 """
 
 import json
@@ -114,6 +115,43 @@ def test_launches_inside_a_batch_script(slurm_cluster, tmp_path):
     assert "run: [2, 2]" in log, log[-5000:]
     assert "failing job: exit 7" in log, log[-5000:]
     assert "rank 1 exited with code 7" in log, log[-5000:]  # kerashvdrun names the rank
+
+
+# Rank 1 fails on the first attempt only; every rank joins kerashvd (init() must accept
+# KERASHVD_RESTART_COUNT) and says which attempt it is on.
+FAIL_ONCE = """\
+import os, time
+import kerashvd as hvd
+hvd.init()
+attempt = os.environ["KERASHVD_RESTART_COUNT"]
+print(f"rank {hvd.rank()} of {hvd.size()} on attempt {attempt}", flush=True)
+if attempt == "0":
+    if hvd.rank() == 1:
+        os._exit(5)
+    time.sleep(120)
+"""
+
+
+def test_kerashvdrun_restarts_a_failed_job_inside_a_batch_script(slurm_cluster, tmp_path):
+    """``kerashvdrun --max-restarts 1`` in an allocation: the failed srun step is followed by
+    a new one, whose ranks see KERASHVD_RESTART_COUNT=1, and the job ends COMPLETED."""
+    (tmp_path / "fail_once.py").write_text(FAIL_ONCE)
+    script = tmp_path / "restarts.sh"
+    script.write_text("#!/bin/bash\n"
+                      "kerashvdrun --max-restarts 1 --restart-delay 1 python fail_once.py\n"
+                      'echo "restarted job: exit $?"\n')
+    job = slurm_cluster.sbatch(script, chdir=tmp_path, env=RANK_ENV,
+                               options=["-n", "2", f"--output={tmp_path}/%j.out"])
+    state = slurm_cluster.wait(job, timeout=300)
+    log = slurm_cluster.log(job)
+    assert state == "COMPLETED", log[-5000:]
+    for rank in (0, 1):
+        for attempt in (0, 1):
+            assert f"rank {rank} of 2 on attempt {attempt}" in log, log[-5000:]
+    assert "kerashvdrun: rank 1 exited with code 5; stopping the other ranks." in log, log[-5000:]
+    assert "kerashvdrun: attempt 1 of 2 failed (rank 1 exited with code 5)" in log, log[-5000:]
+    assert "kerashvdrun: attempt 2 of 2 succeeded after 1 restart." in log, log[-5000:]
+    assert "restarted job: exit 0" in log, log[-5000:]
 
 
 def template_job(cluster, tmp_path, template, *recipe_args, options=(), gres=True):
