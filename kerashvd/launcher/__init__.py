@@ -6,8 +6,9 @@ Modules, one concept each (none imports TensorFlow):
 - ``run_fn``: :func:`run`, a Python function on N processes (notebooks).
 - ``command``: the ``mpiexec`` command line; ``mpiexec``: finding hydra's ``mpiexec``.
 - ``hosts``: ``-H`` host lists; ``engine_flags``: flags that become ``KERASHVD_*`` variables.
-- ``job``: running one job to its end and stopping it; ``reports``: the ranks' failure
-  reports; ``exit_status``: exit codes in words.
+- ``job``: running one job to its end and stopping it; ``restarts``: starting a failed job
+  again (``kerashvdrun --max-restarts``); ``reports``: the ranks' failure reports;
+  ``exit_status``: exit codes in words.
 - ``_supervisor.py`` and ``_worker.py``: scripts each rank runs (standard library only, and
   cloudpickle for the worker).
 """

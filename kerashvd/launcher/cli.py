@@ -223,7 +223,9 @@ def main(argv=None):
         return 2
 
     local = not slurm and all(is_local(h.name) for h in hosts or [])
-    log = lambda message: print(f"kerashvdrun: {message}", file=sys.stderr, flush=True)  # noqa: E731
+
+    def log(message):
+        print(f"kerashvdrun: {message}", file=sys.stderr, flush=True)
 
     def run_attempt(restart_count, signals):
         events = queue.Queue()

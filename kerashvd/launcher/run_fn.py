@@ -110,7 +110,9 @@ def run(fn, np=1, args=(), kwargs=None, env=None, verbose=True):
     :func:`kerashvd.init` itself, as a training script would. It may be a lambda or a function
     defined in ``__main__`` or a notebook cell: it is pickled by value with cloudpickle.
     The ranks' stdout and stderr are printed to this process's ``sys.stdout`` as they come.
-    When a rank fails, the other ranks are stopped and the error is raised here.
+    When a rank fails, the other ranks are stopped and the error is raised here. There are no
+    restarts (``kerashvdrun --max-restarts`` has them; ``KERASHVD_RESTART_COUNT`` is not set
+    here): to try again, catch :class:`RankError` and call ``run`` again.
 
     Args:
         fn: the function every rank calls.
