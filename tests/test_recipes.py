@@ -144,7 +144,9 @@ def test_imagenet_synthetic_benchmark_mixed_precision():
     total = re.search(r"Total img/sec on 2 rank\(s\): ([0-9.]+) \+-([0-9.]+)", output)
     assert per_rank and total, output[-4000:]
     assert float(per_rank.group(1)) > 0
-    assert float(total.group(1)) == pytest.approx(2 * float(per_rank.group(1)), rel=0.05)
+    # Both are printed to 0.1 img/s: on a loaded machine (0.2 img/s per rank) the rounding
+    # alone can be a third of the value.
+    assert float(total.group(1)) == pytest.approx(2 * float(per_rank.group(1)), rel=0.05, abs=0.16)
     assert re.search(r"ranks=2 final loss=[0-9.]+", output), output[-4000:]
 
 
