@@ -29,7 +29,8 @@ to a second survivor, which tests/test_failures.py covers on one host.
 Measured on the 2-core CI machine with another test run beside it, 3 runs (seconds after the
 failure; "batch": the batch script (kerashvdrun) ended and the job left RUNNING; "ranks": the
 failed node's ranks had ended (for stop: once continued, which the test does when the batch
-has ended); "job": SLURM's final state; the whole file takes ~80-95 s, each start that fails (see START_FLAKE) ~5 s more):
+has ended); "job": SLURM's final state; the whole file takes ~80-95 s, plus ~5 s for each
+start that fails (see START_FLAKE)):
 
     scenario | survivor's error (rank 0)         | batch     | ranks     | job       | state
     kill     | exited or was killed   0.03-0.06  | 7.4-8.3   | 7.4-8.3   | 7.4-8.3   | FAILED
