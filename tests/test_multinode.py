@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from multinode_cluster import retry_start
 from test_slurm import RANK_ENV, WORLD, reports
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mpi]
@@ -55,11 +56,14 @@ LAYOUTS = {
 def test_topology_and_collectives_across_nodes(request, layout):
     fixture, options, per_node = LAYOUTS[layout]
     cluster = request.getfixturevalue(fixture)
-    proc = cluster.run(["srun", "--mpi=pmi2", *options, sys.executable, WORLD, "--collectives"],
-                       env=RANK_ENV, timeout=300)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-5000:]
-    ranks = reports(proc.stdout)
+    def launch():
+        proc = cluster.run(["srun", "--mpi=pmi2", *options, sys.executable, WORLD,
+                            "--collectives"], env=RANK_ENV, timeout=300)
+        return proc.returncode == 0, proc.stdout + proc.stderr
+
+    ok, output = retry_start(launch, f"srun {layout}")
+    assert ok, output[-5000:]
+    ranks = reports(output)
     size = sum(per_node)
     assert sorted(r["rank"] for r in ranks) == list(range(size)), output[-5000:]
     assert {r["size"] for r in ranks} == {size}
@@ -82,12 +86,15 @@ kerashvdrun --verbose python {world} --tag kerashvdrun
 def test_kerashvdrun_in_a_two_node_allocation(cluster_2_nodes, tmp_path):
     script = tmp_path / "job.sh"
     script.write_text(BATCH.format(world=WORLD))
-    job = cluster_2_nodes.sbatch(script, chdir=tmp_path, env=RANK_ENV,
-                                 options=["-N", "2", "--ntasks-per-node=2",
-                                          f"--output={tmp_path}/%j.out"])
-    state = cluster_2_nodes.wait(job, timeout=300)
-    log = cluster_2_nodes.log(job)
-    assert state == "COMPLETED", log[-5000:]
+    def launch():
+        job = cluster_2_nodes.sbatch(script, chdir=tmp_path, env=RANK_ENV,
+                                     options=["-N", "2", "--ntasks-per-node=2",
+                                              f"--output={tmp_path}/%j.out"])
+        state = cluster_2_nodes.wait(job, timeout=300)
+        return state == "COMPLETED", cluster_2_nodes.log(job)
+
+    ok, log = retry_start(launch, "kerashvdrun job")
+    assert ok, log[-5000:]
     assert re.search(r"kerashvdrun: \S*srun --mpi=pmi2 \S.* -n 4 ", log), log[-5000:]
     ranks = [r for r in reports(log) if r.get("tag") == "kerashvdrun"]
     assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3], log[-5000:]
@@ -122,13 +129,16 @@ def test_cpu_template_trains_on_two_nodes(cluster_2_nodes, tmp_path):
     from conftest import REPO, TF_NOTICE
 
     template = os.path.join(REPO, "recipes", "slurm", "cpu.sbatch")
-    job = cluster_2_nodes.sbatch(template, "recipes/quickstart.py", "--tiny", chdir=REPO,
-                                 env=RANK_ENV,
-                                 options=["--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1",
-                                          f"--output={tmp_path}/%x-%j.out"])
-    state = cluster_2_nodes.wait(job, timeout=600)
-    log = cluster_2_nodes.log(job)
-    assert state == "COMPLETED", log[-5000:]
+    def launch():
+        job = cluster_2_nodes.sbatch(template, "recipes/quickstart.py", "--tiny", chdir=REPO,
+                                     env=RANK_ENV,
+                                     options=["--nodes=2", "--ntasks-per-node=1",
+                                              "--cpus-per-task=1", f"--output={tmp_path}/%x-%j.out"])
+        state = cluster_2_nodes.wait(job, timeout=600)
+        return state == "COMPLETED", cluster_2_nodes.log(job)
+
+    ok, log = retry_start(launch, "template job")
+    assert ok, log[-5000:]
     assert "2 node(s), 2 ranks" in log, log[-3000:]
     match = re.search(r"ranks=2 final val_accuracy=([0-9.]+)", log)
     assert match and float(match.group(1)) > 0.8, log[-5000:]

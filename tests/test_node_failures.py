@@ -54,7 +54,7 @@ import time
 import pytest
 
 from conftest import REPO
-from multinode_cluster import _cmdline, _ns_inode
+from multinode_cluster import START_ATTEMPTS, START_FLAKE, _cmdline, _ns_inode
 from slurm_cluster import FINAL_STATES
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mpi, pytest.mark.slow]
@@ -198,15 +198,6 @@ def _restore_node(cluster, node, veth, job):
         time.sleep(0.5)
     return forced
 
-# MPICH's start over SLURM's PMI-2 server sometimes fails on this cluster before any kerashvd
-# code runs: slurmstepd logs "mpi/pmi2: invalid client request" for a business-card segment
-# that arrived mangled, and UCX, which takes the nodes for one host (they share this machine's
-# boot id) and tries shared memory between them, aborts MPI_Init ("mm ep failed to connect to
-# remote FIFO", "Assertion `*addr_version == UCP_OBJECT_VERSION_V2' failed"). Seen in 1 start
-# in 4 to 1 in 2 of this job under load (UCX_TLS=tcp,self did not stop it), never in 30 starts
-# of a bare mpi4py world. Not what this file tests: such a start is tried again.
-START_FLAKE = re.compile(r"mpi/pmi2: invalid client request|UCX  ERROR|UCP_OBJECT_VERSION")
-START_ATTEMPTS = 5
 
 
 def _start_training(cluster, tmp_path):
