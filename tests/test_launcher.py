@@ -89,6 +89,26 @@ def test_kerashvdrun_ranks_see_their_rank_and_size():
     assert "[1] RANK=1 SIZE=2 SUM=1 ENV_RANK=1" in proc.stdout, output
 
 
+def test_supervisors_remove_dead_mpich_segments_before_the_ranks_start():
+    """A segment no process uses (a killed job's) is removed before MPI_Init could meet it;
+    one that a live process holds open stays."""
+    dead, live = "/dev/shm/mpich_shm_khvdtest_dead_0", "/dev/shm/mpich_shm_khvdtest_live_0"
+    for path in (dead, live):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 64)
+    holder = open(live, "rb")
+    try:
+        proc = kerashvdrun("-np", 1, sys.executable, "-c", "pass")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert not os.path.exists(dead)
+        assert os.path.exists(live)
+    finally:
+        holder.close()
+        for path in (dead, live):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
 @pytest.mark.parametrize("prefix", [[], ["--prefix-output"]])
 def test_kerashvdrun_keeps_each_line_of_every_rank_whole(prefix):
     """Ranks that write each line in pieces at the same time: no line is mixed with another."""

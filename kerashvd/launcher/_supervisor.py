@@ -34,10 +34,11 @@ Protocol, per rank:
    one line "TOKEN RANK RETURNCODE" to the launcher's report address; the launcher stops the
    job on the first report and returns that rank's code. If there is no launcher to tell,
    the supervisor ends itself with SIGKILL, which makes hydra stop the other ranks.
-5. Remove the MPICH shared-memory segments of this host that appeared while the child ran
-   and that no live process uses any more (shm_segments.py): a rank killed before
-   MPI_Finalize leaves its job's segment behind, and the last rank of the job on this host to
-   end removes it.
+5. Remove the MPICH shared-memory segments of this host that no live process uses
+   (shm_segments.py): before starting the child, every dead one (left by a job killed earlier,
+   whose name a later job may reuse); after it ended, those that appeared while it ran (a rank
+   killed before MPI_Finalize leaves its job's segment, and the last rank of the job on this
+   host to end removes it).
 6. Exit with the child's code (128 + N for a child killed by signal N).
 """
 
@@ -256,6 +257,9 @@ def main(argv):
 
     quiet = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() != "0"
     copiers = []
+    # A job killed earlier on this host may have left its segment; one of a later job with the
+    # same PMI name (SLURM job and step id) would make MPI_Init fail. Dead ones go first.
+    shm_segments.remove_dead()
     segments_before = shm_segments.segments()
     try:
         child = subprocess.Popen(command, close_fds=False, preexec_fn=_die_with_parent(),
