@@ -396,13 +396,7 @@ class MultiNodeCluster(SlurmCluster):
         pieces or hosts lines that would not go).
         """
         if any(name.startswith("slurmd-") for name, _ in self._daemons):
-            self.run(["scancel", "--full", "--user", str(os.getuid())], timeout=30)
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                proc = self.run(["squeue", "-h", "-o", "%i"], timeout=20)
-                if proc.returncode != 0 or not proc.stdout.strip():
-                    break
-                time.sleep(0.25)
+            self._cancel_all_jobs()
             for name, proc in self._daemons:
                 if name.startswith("slurmd-"):
                     with contextlib.suppress(OSError):

@@ -298,19 +298,23 @@ class SlurmCluster:
                 continue  # gone, or a kernel thread
         return pids
 
+    def _cancel_all_jobs(self, within=20):
+        """Cancels every job and waits (up to ``within`` s) until squeue lists none."""
+        self.run(["scancel", "--full", "--user", str(os.getuid())], timeout=30)
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            proc = self.run(["squeue", "-h", "-o", "%i"], timeout=20)
+            if proc.returncode != 0 or not proc.stdout.strip():
+                break
+            time.sleep(0.25)
+
     def stop(self):
         """Cancels every job, stops the daemons, and kills anything of the cluster left.
 
         Returns the leftover processes it had to kill as ``[(pid, cmdline)]``.
         """
         if self._daemons and self._daemons[-1][0] == "slurmd":
-            self.run(["scancel", "--full", "--user", str(os.getuid())], timeout=30)
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                proc = self.run(["squeue", "-h", "-o", "%i"], timeout=20)
-                if proc.returncode != 0 or not proc.stdout.strip():
-                    break
-                time.sleep(0.25)
+            self._cancel_all_jobs()
         for name, proc in reversed(self._daemons):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
