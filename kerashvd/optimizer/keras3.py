@@ -252,7 +252,37 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
     # -- delegation to the inner optimizer ------------------------------------------------
     @property
     def variables(self):
-        return self._variables[:] + self.inner_optimizer.variables
+        """The inner optimizer's variables: the wrapper's whole state.
+
+        The base class's own ``iterations`` and ``learning_rate`` are never read (both are
+        delegated), so they are left out: a checkpoint then holds exactly what the inner
+        optimizer alone would save, under the same names (see :meth:`__dir__`).
+        """
+        return self.inner_optimizer.variables
+
+    def load_own_variables(self, store):
+        """Loads the inner optimizer's state from a checkpoint of this or a plain optimizer.
+
+        Checkpoints of earlier kerashvd versions put the base class's two placeholders
+        first; they are skipped, so those checkpoints keep loading with their state.
+        """
+        expected = len(self.inner_optimizer.variables)
+        extra = len(store.keys()) - expected
+        if expected and 0 < extra <= len(self._variables):
+            store = {str(i): store[str(i + extra)] for i in range(expected)}
+        self.inner_optimizer.load_own_variables(store)
+
+    def __dir__(self):
+        """Hides ``inner_optimizer`` from attribute listings.
+
+        Keras' saving finds the objects whose state it saves by walking ``dir()``; the inner
+        optimizer's state is already saved as this optimizer's own (:attr:`variables`), and
+        walking it too would store every slot twice (a checkpoint 1.7x the plain one). With
+        it hidden, a checkpoint has the plain optimizer's layout (``optimizer/vars``) and
+        loads into a model compiled with the plain optimizer. ``tests/parallel/
+        test_checkpoint_layout.py`` fails loudly if Keras stops walking ``dir()``.
+        """
+        return [name for name in super().__dir__() if name != "inner_optimizer"]
 
     @property
     def learning_rate(self):

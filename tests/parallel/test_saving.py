@@ -1,8 +1,10 @@
 """Serialization of DistributedOptimizer and kerashvd.load_model, at any world size."""
 
+import io
 import os
 import shutil
 import tempfile
+import zipfile
 
 import numpy as np
 import pytest
@@ -150,3 +152,69 @@ def test_load_model_of_a_damaged_keras_file_says_so(hvd, rank_dir):
             hvd.load_model(path)
         assert repr(path) in str(info.value) and "damaged" in str(info.value)
     assert isinstance(hvd.load_model(good).optimizer, hvd.DistributedOptimizer)
+
+
+def _optimizer_datasets(path):
+    """{name: shape} of the optimizer's arrays in a ``.keras`` file."""
+    import h5py
+
+    found = {}
+    with zipfile.ZipFile(path) as archive, h5py.File(io.BytesIO(
+            archive.read("model.weights.h5")), "r") as weights:
+        weights.visititems(lambda name, obj: found.__setitem__(name, obj.shape)
+                           if name.startswith("optimizer") and isinstance(obj, h5py.Dataset)
+                           else None)
+    return found
+
+
+def test_checkpoint_holds_the_optimizer_state_once_in_the_plain_layout(hvd, rank_dir):
+    """A DistributedOptimizer checkpoint stores the inner optimizer's state once, under the
+    names a plain optimizer uses, so it is no bigger and loads into plain Keras. This also
+    guards the one assumption it rests on: Keras' saving walks ``dir()`` (see keras3.py)."""
+    x, y, _, _ = make_data(hvd, steps=2)
+    paths = {}
+    for label, optimizer in (("plain", keras.optimizers.Adam(0.05)),
+                             ("wrapped", hvd.DistributedOptimizer(keras.optimizers.Adam(0.05)))):
+        model = _compiled_model(optimizer)
+        _train_eagerly(model, x, y)
+        paths[label] = os.path.join(rank_dir, label + ".keras")
+        model.save(paths[label])
+    wrapped_model = model
+    plain_layout = _optimizer_datasets(paths["plain"])
+    assert _optimizer_datasets(paths["wrapped"]) == plain_layout, (
+        "a DistributedOptimizer checkpoint no longer has the plain optimizer's layout: has "
+        "Keras' saving stopped walking dir() (kerashvd/optimizer/keras3.py __dir__)?")
+
+    # Plain Keras: a model compiled with the plain optimizer takes the wrapped one's state.
+    plain = _compiled_model(keras.optimizers.Adam(0.05))
+    plain.optimizer.build(plain.trainable_variables)
+    plain.load_weights(paths["wrapped"])
+    for a, b in zip(_adam_state(plain.optimizer), _adam_state(wrapped_model.optimizer)):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(plain.get_weights(), wrapped_model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(USES_TF_KERAS, reason="the earlier layout is the Keras 3 wrapper's")
+def test_checkpoint_of_the_earlier_layout_still_loads(hvd, rank_dir, monkeypatch):
+    """Files from earlier kerashvd versions held the wrapper's two unused placeholders before
+    the inner state, and the inner state again under ``optimizer/inner_optimizer``."""
+    from kerashvd.optimizer import keras3
+
+    x, y, _, _ = make_data(hvd, steps=2)
+    model = _compiled_model(hvd.DistributedOptimizer(keras.optimizers.Adam(0.05)))
+    _train_eagerly(model, x, y)
+    path = os.path.join(rank_dir, "earlier.keras")
+    with monkeypatch.context() as patch:  # the earlier writer
+        patch.setattr(keras3.DistributedOptimizer, "variables", property(
+            lambda self: self._variables[:] + self.inner_optimizer.variables))
+        patch.delattr(keras3.DistributedOptimizer, "__dir__")
+        model.save(path)
+    assert any(k.startswith("optimizer/inner_optimizer") for k in _optimizer_datasets(path))
+
+    reloaded = _compiled_model(hvd.DistributedOptimizer(keras.optimizers.Adam(0.05)))
+    reloaded.optimizer.build(reloaded.trainable_variables)
+    reloaded.load_weights(path)
+    assert int(reloaded.optimizer.iterations) == 2
+    for a, b in zip(_adam_state(reloaded.optimizer), _adam_state(model.optimizer)):
+        np.testing.assert_array_equal(a, b)
