@@ -30,7 +30,9 @@ from .learning_rate_schedule import LearningRateScheduleCallback
 from .learning_rate_warmup import LearningRateWarmupCallback
 from .metric_average import MetricAverageCallback
 from .model_checkpoint import BestModelCheckpoint, ModelCheckpoint
+from .preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionCallback
 from .progress import verbose
+from .resume import batch_offset, fit_resumable, restore
 
 __all__ = [
     "BestModelCheckpoint",
@@ -42,10 +44,16 @@ __all__ = [
     "LearningRateWarmupCallback",
     "MetricAverageCallback",
     "ModelCheckpoint",
+    "PREEMPTED_EXIT_CODE",
+    "Preempted",
+    "PreemptionCallback",
     "agree_steps_per_epoch",
     "atomic_save",
+    "batch_offset",
     "broadcast_model_state",
+    "fit_resumable",
     "latest_checkpoint",
     "reduce_metric_states",
+    "restore",
     "verbose",
 ]

@@ -30,7 +30,9 @@ __all__ = ["Checkpoint", "atomic_save", "latest_checkpoint"]
 
 RECORD_NAME = "kerashvd_checkpoint.json"
 
-Checkpoint = collections.namedtuple("Checkpoint", ["path", "epoch", "monitor", "best"])
+Checkpoint = collections.namedtuple(
+    "Checkpoint", ["path", "epoch", "monitor", "best", "step", "iterations", "files"],
+    defaults=(0, None, ()))
 Checkpoint.__doc__ = """The latest checkpoint in a directory.
 
 Fields:
@@ -39,6 +41,12 @@ Fields:
     monitor: the monitored quantity's name, or ``None``.
     best: the best monitored value so far, or ``None``; pass it to
         ``ModelCheckpoint(initial_value_threshold=...)`` to keep ``save_best_only`` going.
+    step: batches of epoch ``epoch + 1`` already trained when it was written (0 for a save
+        at the end of an epoch); :func:`fit_resumable` continues from there.
+    iterations: the optimizer's ``iterations`` when it was written (``None`` if unknown);
+        :func:`restore` checks the loaded file against it.
+    files: the files the writing ``ModelCheckpoint`` keeps (oldest first), for its
+        ``max_to_keep``.
 """
 
 
@@ -144,17 +152,23 @@ def _fsync_directory(directory):
         os.close(fd)
 
 
-def write_record(directory, path, epoch, monitor=None, best=None):
+def write_record(directory, path, epoch, monitor=None, best=None, step=0, iterations=None,
+                 files=()):
     """Atomically records ``path`` as the latest checkpoint in ``directory``."""
-    record = {"path": os.path.relpath(os.path.abspath(path), os.path.abspath(directory)),
-              "epoch": int(epoch), "monitor": monitor,
-              "best": None if best is None else float(best)}
+    record = {"path": _relative(path, directory), "epoch": int(epoch), "step": int(step),
+              "iterations": None if iterations is None else int(iterations),
+              "monitor": monitor, "best": None if best is None else float(best),
+              "files": [_relative(f, directory) for f in files]}
 
     def write(tmp_path):
         with open(tmp_path, "w") as f:
             json.dump(record, f)
 
     atomic_save(os.path.join(directory, RECORD_NAME), write)
+
+
+def _relative(path, directory):
+    return os.path.relpath(os.path.abspath(path), os.path.abspath(directory))
 
 
 def read_record(directory):
@@ -173,8 +187,13 @@ def read_record(directory):
     try:
         record = json.loads(text)
         path = os.path.join(directory, record["path"])
+        iterations = record.get("iterations")
         checkpoint = Checkpoint(path=path, epoch=int(record["epoch"]),
-                                monitor=record.get("monitor"), best=record.get("best"))
+                                monitor=record.get("monitor"), best=record.get("best"),
+                                step=int(record.get("step", 0)),
+                                iterations=None if iterations is None else int(iterations),
+                                files=tuple(os.path.join(directory, f)
+                                            for f in record.get("files", ())))
     except (ValueError, TypeError, KeyError) as err:
         raise ValueError(
             f"The checkpoint record {record_path} cannot be read ({type(err).__name__}: {err}); "

@@ -8,6 +8,7 @@ import numpy as np
 from kerashvd.keras_compat import optimizer_built
 
 from ._callback import Callback
+from .resume import batch_offset
 
 __all__ = ["LearningRateScheduleCallback"]
 
@@ -107,7 +108,8 @@ class LearningRateScheduleCallback(Callback):
                     f"{type(self).__name__} could not infer the number of batches per epoch from "
                     "fit (the dataset's cardinality is unknown). Pass steps_per_epoch= to the "
                     "callback, or steps_per_epoch= to fit().")
-            self.steps_per_epoch = int(steps)
+            # In fit_resumable's partial first epoch Keras counts only the batches left.
+            self.steps_per_epoch = int(steps) + batch_offset(self.model)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._current_epoch = epoch
@@ -121,6 +123,7 @@ class LearningRateScheduleCallback(Callback):
             if batch == 0:
                 self._adjust_learning_rate(epoch)
         else:
+            batch += batch_offset(self.model)  # the epoch's batch, also after a mid-epoch resume
             self._adjust_learning_rate(epoch + float(batch) / self.steps_per_epoch)
 
     def on_train_batch_end(self, batch, logs=None):

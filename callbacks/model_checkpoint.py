@@ -8,7 +8,9 @@ import kerashvd as hvd
 from kerashvd.keras_compat import KERAS_NAME, USES_TF_KERAS
 
 from ._callback import Callback
-from .checkpoint_io import atomic_save, remove_stale_temporaries, write_record
+from .checkpoint_io import atomic_save, read_record, remove_stale_temporaries, write_record
+from .random_state import add_random_state
+from .resume import batch_offset
 
 __all__ = ["ModelCheckpoint"]
 
@@ -56,6 +58,13 @@ class ModelCheckpoint(Callback):
     :class:`DistributedValidationCallback`) before this callback. Use one ``ModelCheckpoint``
     per directory (the record is per directory).
 
+    Saves inside an epoch (``save_freq=N``, and :class:`PreemptionCallback`'s save) record the
+    batches of the epoch already trained (``Checkpoint.step``), for :func:`fit_resumable` to
+    continue from; their file is the epoch's name with ``-step{N:06d}`` before the suffix
+    (or ``filepath`` formatted with ``batch=N`` when it holds ``{batch}``), so an epoch's
+    saves never overwrite each other. The record also holds the optimizer's ``iterations``,
+    which :func:`restore` checks against the loaded file.
+
     Args:
         filepath: where to save; may contain ``{epoch}`` (1-based, as in Keras) and log keys,
             e.g. ``"ckpt/model-{epoch:03d}.keras"``. Must end in ``.keras``, or
@@ -67,11 +76,16 @@ class ModelCheckpoint(Callback):
         initial_value_threshold: the best value so far (e.g. ``Checkpoint.best`` on resume);
             a model must beat it to be saved with ``save_best_only``.
         verbose: when > 0, rank 0 prints a line per save.
-        save_freq: ``"epoch"``, the only frequency (accepted for Keras compatibility).
+        save_freq: ``"epoch"``, or a number of batches N: then also every N batches inside
+            an epoch (counted from the epoch's start; Keras' own callback would stop saving
+            at epoch ends). Not with ``save_best_only``.
+        max_to_keep: keep only the newest this many of the files this callback wrote
+            (``None``: keep all). Older ones are deleted after the record names a newer
+            file; files this callback did not write are never touched.
 
     Raises:
-        ValueError: for a bad ``filepath`` suffix, ``mode`` or ``save_freq``, or a ``monitor``
-            whose direction ``mode="auto"`` cannot infer.
+        ValueError: for a bad ``filepath`` suffix, ``mode``, ``save_freq`` or
+            ``max_to_keep``, or a ``monitor`` whose direction ``mode="auto"`` cannot infer.
 
     Example:
 
@@ -84,13 +98,19 @@ class ModelCheckpoint(Callback):
 
     def __init__(self, filepath, monitor="val_loss", mode="auto", save_best_only=False,
                  save_weights_only=False, initial_value_threshold=None, verbose=0,
-                 save_freq="epoch"):
+                 save_freq="epoch", max_to_keep=None):
         super().__init__()
-        if save_freq != "epoch":
-            raise ValueError(
-                "kerashvd's ModelCheckpoint saves at the end of epochs only (its resume record "
-                "counts epochs): pass save_freq='epoch', or use shorter epochs "
-                f"(fit(steps_per_epoch=...)). Received: save_freq={save_freq!r}")
+        if save_freq != "epoch" and (isinstance(save_freq, bool) or not isinstance(save_freq, int)
+                                     or save_freq < 1):
+            raise ValueError("save_freq must be 'epoch' or a positive number of batches; "
+                             f"received save_freq={save_freq!r}")
+        if save_freq != "epoch" and save_best_only:
+            raise ValueError("save_best_only compares epoch-end metrics; it cannot be combined "
+                             f"with saves every {save_freq} batches (save_freq). Use two "
+                             "ModelCheckpoints in two directories for both.")
+        if max_to_keep is not None and (isinstance(max_to_keep, bool)
+                                        or not isinstance(max_to_keep, int) or max_to_keep < 1):
+            raise ValueError(f"max_to_keep must be None or an int >= 1; received {max_to_keep!r}")
         filepath = os.fspath(filepath)
         suffixes = _SUFFIXES[bool(save_weights_only)]
         if not filepath.endswith(suffixes):
@@ -110,11 +130,44 @@ class ModelCheckpoint(Callback):
         self.save_weights_only = bool(save_weights_only)
         self.best = None if initial_value_threshold is None else float(initial_value_threshold)
         self.verbose = verbose
+        self.save_freq = save_freq
+        self.max_to_keep = max_to_keep
+        self._files = None  # the files written and kept, oldest first; from the record
+        self._epoch = 0
 
     def on_train_begin(self, logs=None):
         directory = os.path.dirname(os.path.abspath(self.filepath))
         if hvd.rank() == 0 and "{" not in directory:
             remove_stale_temporaries(directory)  # left by a crash during a save
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.save_freq == "epoch":
+            return
+        step = batch + 1 + batch_offset(self.model)
+        steps = (self.params or {}).get("steps")
+        if step % self.save_freq == 0 and not (steps and batch + 1 >= steps):
+            self.save_position(self._epoch, step, logs)  # the last batch: on_epoch_end saves
+
+    def save_position(self, epoch, step, logs=None):
+        """Saves now, inside epoch ``epoch`` (0-based) after ``step`` of its batches, on rank 0.
+
+        Every rank may call it; only rank 0 writes. The record then says ``epoch`` epochs
+        and ``step`` batches are done. Used by ``save_freq=N`` and :class:`PreemptionCallback`.
+
+        Returns:
+            The path written (on rank 0), else None.
+        """
+        if hvd.rank() != 0:
+            return None
+        logs = dict(logs or {})
+        path = self.filepath.format(**{**logs, "epoch": epoch + 1, "batch": step})
+        if "{batch" not in self.filepath:
+            stem, suffix = _split_suffix(path)
+            path = f"{stem}-step{step:06d}{suffix}"
+        return self._write(path, epoch, step)
 
     def on_epoch_end(self, epoch, logs=None):
         if hvd.rank() != 0:
@@ -130,13 +183,49 @@ class ModelCheckpoint(Callback):
             if not self._improves(current):
                 return
             self.best = current
-        path = self.filepath.format(**{**logs, "epoch": epoch + 1})
-        writer = self.model.save_weights if self.save_weights_only else self.model.save
+        steps = (self.params or {}).get("steps") or 0
+        path = self.filepath.format(**{**logs, "epoch": epoch + 1,
+                                       "batch": steps + batch_offset(self.model)})
+        self._write(path, epoch + 1, 0)
+
+    def _write(self, path, epoch, step):
+        """Writes the model to ``path``, then the record, then drops files past max_to_keep."""
+        directory = os.path.dirname(os.path.abspath(path))
+        save = self.model.save_weights if self.save_weights_only else self.model.save
+
+        def writer(tmp_path):
+            save(tmp_path)
+            add_random_state(self.model, tmp_path)  # Keras leaves the dropout RNG state out
+
         atomic_save(path, writer)
-        write_record(os.path.dirname(os.path.abspath(path)), path, epoch + 1,
-                     monitor=self.monitor if self.save_best_only else None, best=self.best)
+        files = [f for f in self._kept_files(directory) if os.path.abspath(f) != os.path.abspath(path)]
+        files.append(path)
+        dropped = files[:-self.max_to_keep] if self.max_to_keep else []
+        files = files[len(dropped):]
+        optimizer = getattr(self.model, "optimizer", None)
+        iterations = None if optimizer is None or self.save_weights_only else int(optimizer.iterations)
+        write_record(directory, path, epoch, monitor=self.monitor if self.save_best_only else None,
+                     best=self.best, step=step, iterations=iterations, files=files)
+        self._files = files
+        for old in dropped:  # only after the record names a newer file
+            try:
+                os.remove(old)
+            except FileNotFoundError:
+                pass
         if self.verbose:
-            print(f"\nEpoch {epoch + 1}: saved model to {path}")
+            where = f"Epoch {epoch}" if not step else f"Epoch {epoch + 1}, batch {step}"
+            print(f"\n{where}: saved model to {path}")
+        return path
+
+    def _kept_files(self, directory):
+        """The files this callback (or the run it resumes) wrote into ``directory``."""
+        if self._files is None:
+            try:
+                record = read_record(directory)
+            except (OSError, ValueError):
+                record = None
+            self._files = list(record.files) if record is not None else []
+        return self._files
 
     def _improves(self, value):
         if math.isnan(value):
@@ -169,6 +258,14 @@ class BestModelCheckpoint(ModelCheckpoint):
     def __init__(self, filepath, monitor="val_loss", verbose=0, mode="auto", save_freq="epoch"):
         super().__init__(filepath, monitor=monitor, mode=mode, save_best_only=True,
                          verbose=verbose, save_freq=save_freq)
+
+
+def _split_suffix(path):
+    """("dir/model-003", ".keras") for "dir/model-003.keras"; knows the two-part ".weights.h5"."""
+    for suffix in (".weights.h5", ".keras", ".h5"):
+        if path.endswith(suffix):
+            return path[:-len(suffix)], suffix
+    return os.path.splitext(path)
 
 
 def _infer_mode(monitor):

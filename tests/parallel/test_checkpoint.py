@@ -144,8 +144,13 @@ def test_save_best_only_and_argument_checks(hvd, tmp_path):
     assert hvd.callbacks.ModelCheckpoint(path, monitor="val_auc", save_best_only=True).mode == "max"
     with pytest.raises(ValueError, match=r"\.weights\.h5"):
         hvd.callbacks.ModelCheckpoint(path, save_weights_only=True)
-    with pytest.raises(ValueError, match="save_freq=100"):
-        hvd.callbacks.ModelCheckpoint(path, save_freq=100)
+    for bad in (0, "batch", True):
+        with pytest.raises(ValueError, match="save_freq must be 'epoch' or a positive number"):
+            hvd.callbacks.ModelCheckpoint(path, save_freq=bad)
+    with pytest.raises(ValueError, match="save_best_only compares epoch-end metrics"):
+        hvd.callbacks.ModelCheckpoint(path, save_freq=100, save_best_only=True)
+    with pytest.raises(ValueError, match="max_to_keep must be None or an int >= 1"):
+        hvd.callbacks.ModelCheckpoint(path, max_to_keep=0)
     assert hvd.callbacks.latest_checkpoint(str(tmp_path / "missing"), broadcast=False) is None
 
 
