@@ -212,28 +212,32 @@ def retry_start(launch, describe="job"):
     raise AssertionError("unreachable")
 
 
-class MultiNodeCluster(SlurmCluster):
-    """A running cluster of :attr:`nodes`; see the module docstring."""
+class NodeNetwork:
+    """The "nodes" of a test cluster: network namespaces on a bridge, their /etc/hosts lines,
+    and the command that starts a process as one of them (see the module docstring).
 
-    def __init__(self, root, nodes):
-        super().__init__(root)
+    Besides the nodes, ``spare`` names get an /etc/hosts line with an address of the subnet
+    that no namespace holds: a host that does not answer (connections to it fail within a
+    few seconds, "No route to host", once the bridge's ARP queries go unanswered).
+
+    Attributes: ``tag``, ``nodes``, ``spares``, ``bridge``, ``veths``, ``addresses`` (name ->
+    IP, nodes and spares), ``bridge_ip`` and ``net_inodes`` (after :meth:`make`).
+    """
+
+    def __init__(self, root, count, spare=0):
+        self.root = root
         self.tag = "".join(random.choices(string.ascii_lowercase, k=4))
-        self.nodes = [f"khvd{self.tag}{i}" for i in range(1, nodes + 1)]
-        self.node = None  # the one-host fixture's single node; here see nodes
-        self.cpus = CPUS
-        self.host = socket.gethostname().split(".")[0]
+        self.nodes = [f"khvd{self.tag}{i}" for i in range(1, count + 1)]
+        self.spares = [f"khvd{self.tag}x{i}" for i in range(1, spare + 1)]
         self.bridge = f"khvd{self.tag}br"
-        self.veths = [f"khvd{self.tag}v{i}" for i in range(1, nodes + 1)]
+        self.veths = [f"khvd{self.tag}v{i}" for i in range(1, count + 1)]
         self.addresses = {}
+        self.bridge_ip = None
+        self.net_inodes = set()
         self._hosts_lines = []
         self._made = []  # ("netns"|"link", name), in creation order
-        self._net_inodes = set()
-        self._mnt_inodes = {}  # node -> its slurmd's mount namespace inode
-        self.node_segments = {}  # node -> MPICH segments in its /dev/shm at teardown
 
-    # -- network ------------------------------------------------------------------------------
-
-    def _make_network(self):
+    def make(self):
         _remove_stale()
         net = _free_subnet()
         hosts = list(net.hosts())
@@ -252,23 +256,45 @@ class MultiNodeCluster(SlurmCluster):
             self.addresses[node] = address
             _ip("netns", "add", node)
             self._made.append(("netns", node))
-            self._net_inodes.add(os.stat(f"/run/netns/{node}").st_ino)
+            self.net_inodes.add(os.stat(f"/run/netns/{node}").st_ino)
             _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", node)
             self._made.append(("link", veth))
             _ip("link", "set", veth, "master", self.bridge, "up")
             _ip("-n", node, "addr", "add", f"{address}/{net.prefixlen}", "dev", "eth0")
             _ip("-n", node, "link", "set", "eth0", "up")
             _ip("-n", node, "link", "set", "lo", "up")
+        for i, name in enumerate(self.spares):
+            self.addresses[name] = str(hosts[-1 - i])  # from the top: no node gets them
         with _locked_hosts() as f:
             self._hosts_lines = [f"{self.addresses[n]}\t{n}\t{MARKER} tag={self.tag} "
                                  f"pid={os.getpid()} started={_started(os.getpid())} "
-                                 f"root={self.root}\n" for n in self.nodes]
+                                 f"root={self.root}\n" for n in self.nodes + self.spares]
             text = f.read()
             f.seek(0, os.SEEK_END)
             f.write(("" if not text or text.endswith("\n") else "\n")
                     + "".join(self._hosts_lines))
 
-    def _remove_network(self):
+    def node_argv(self, node, command, setup=""):
+        """The argv that runs ``command`` as ``node``: in its network namespace, with its own
+        UTS (hostname ``node``) and mount namespace (its own /dev/shm), after the shell
+        commands ``setup`` (run in that mount namespace, e.g. more mounts)."""
+        script = ('mount --make-rprivate / && hostname "$1" && '
+                  'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && '
+                  f'{setup + " && " if setup else ""}shift && exec "$@"')
+        return [_find("nsenter"), f"--net=/run/netns/{node}", _find("unshare"),
+                "--uts", "--mount", "sh", "-c", script, "sh", node, *command]
+
+    def processes(self, mnt_inodes=()):
+        """Pids in the nodes' network namespaces or in the mount namespaces ``mnt_inodes``."""
+        mnt = set(v for v in mnt_inodes if v)
+        pids = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and (_ns_inode(entry, "net") in self.net_inodes or
+                                    _ns_inode(entry, "mnt") in mnt):
+                pids.append(int(entry))
+        return pids
+
+    def remove(self):
         """Deletes the veths, namespaces and bridge and the hosts lines; returns problems."""
         problems = []
         for kind, name in reversed(self._made):
@@ -301,6 +327,22 @@ class MultiNodeCluster(SlurmCluster):
         self._made = []
         return problems
 
+
+class MultiNodeCluster(SlurmCluster):
+    """A running cluster of :attr:`nodes`; see the module docstring."""
+
+    def __init__(self, root, nodes):
+        super().__init__(root)
+        self.network = NodeNetwork(root, nodes)
+        self.tag, self.nodes = self.network.tag, self.network.nodes
+        self.bridge, self.veths = self.network.bridge, self.network.veths
+        self.addresses = self.network.addresses  # filled when the network is made
+        self.node = None  # the one-host fixture's single node; here see nodes
+        self.cpus = CPUS
+        self.host = socket.gethostname().split(".")[0]
+        self._mnt_inodes = {}  # node -> its slurmd's mount namespace inode
+        self.node_segments = {}  # node -> MPICH segments in its /dev/shm at teardown
+
     # -- configuration and daemons ------------------------------------------------------------
 
     def _write_config(self):
@@ -308,7 +350,7 @@ class MultiNodeCluster(SlurmCluster):
         ctld_port, slurmd_port = _free_ports(2)
         r = self.root
         replace = {
-            "SlurmctldHost": f"{self.host}({self.bridge_ip})",
+            "SlurmctldHost": f"{self.host}({self.network.bridge_ip})",
             "SlurmctldPort": str(ctld_port), "SlurmdPort": str(slurmd_port),
             "SlurmdSpoolDir": f"{r}/spool%n", "SlurmdPidFile": f"{r}/slurmd-%n.pid",
             "SlurmdLogFile": f"{r}/slurmd-%n.log",
@@ -338,18 +380,14 @@ class MultiNodeCluster(SlurmCluster):
         return dict(line.split() for line in proc.stdout.splitlines() if line.strip())
 
     def start(self):
-        self._make_network()
+        self.network.make()
         self._write_config()
         self._start_controller()
         c = self._commands
-        node_script = ('mount --make-rprivate / && hostname "$1" && '
-                       'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && '
-                       'exec "$3" -D -f "$2" -N "$1"')
         for node in self.nodes:
             self._start(f"slurmd-{node}",
-                        [_find("nsenter"), f"--net=/run/netns/{node}", _find("unshare"),
-                         "--uts", "--mount", "sh", "-c", node_script, "sh", node, self.conf,
-                         c["slurmd"]], lambda: True, "")
+                        self.network.node_argv(node, [c["slurmd"], "-D", "-f", self.conf,
+                                                      "-N", node]), lambda: True, "")
         deadline = time.monotonic() + 60
         while set(self.node_states().values()) != {"idle"} or \
                 len(self.node_states()) != len(self.nodes):
@@ -363,7 +401,7 @@ class MultiNodeCluster(SlurmCluster):
             if name.startswith("slurmd-"):
                 node = name[len("slurmd-"):]
                 self._mnt_inodes[node] = _ns_inode(proc.pid, "mnt")
-                if _ns_inode(proc.pid, "net") not in self._net_inodes or \
+                if _ns_inode(proc.pid, "net") not in self.network.net_inodes or \
                         self._mnt_inodes[node] == _ns_inode(os.getpid(), "mnt") or \
                         os.stat(f"/proc/{proc.pid}/root/dev/shm").st_dev == \
                         os.stat("/dev/shm").st_dev:
@@ -379,15 +417,8 @@ class MultiNodeCluster(SlurmCluster):
         return "\n".join(parts)
 
     def _namespace_processes(self):
-        """Pids in the nodes' network or mount namespaces (other than the daemons' own
-        launchers, which are the daemons)."""
-        mnt = set(v for v in self._mnt_inodes.values() if v)
-        pids = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and (_ns_inode(entry, "net") in self._net_inodes or
-                                    _ns_inode(entry, "mnt") in mnt):
-                pids.append(int(entry))
-        return pids
+        """Pids in the nodes' network or mount namespaces."""
+        return self.network.processes(self._mnt_inodes.values())
 
     def stop(self):
         """Cancels every job, stops the daemons, kills what is left, removes the network.
@@ -412,7 +443,7 @@ class MultiNodeCluster(SlurmCluster):
                             f"(killed): {(pid, _cmdline(pid))}")
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-        problems += self._remove_network()
+        problems += self.network.remove()
         # The nodes' /dev/shm went with their mount namespaces: no process holds one now.
         deadline = time.monotonic() + 5
         while self._namespace_processes() and time.monotonic() < deadline:
@@ -473,3 +504,12 @@ def cluster_2_nodes():
 def cluster_3_nodes():
     """A running SLURM cluster of 3 nodes with 2 CPUs each (see the module docstring)."""
     yield from _cluster(3)
+
+
+@pytest.fixture(scope="session")
+def ssh_nodes():
+    """Two nodes running sshd, plus a host lacking this Python and one that does not answer
+    (tests/ssh_nodes.py)."""
+    import ssh_nodes as module
+
+    yield from module.ssh_nodes_fixture()

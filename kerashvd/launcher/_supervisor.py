@@ -26,13 +26,13 @@ Protocol, per rank:
    TF_CPP_MIN_LOG_LEVEL is 0. With --prefix-output, put "[rank] " before every line. (hydra
    itself still cuts a line of more than about 1 KiB into pieces, which can interleave with
    another rank's output.)
-3. With --report, hold a connection to the launcher ("TOKEN RANK watch", see reports.py)
+3. With --report, hold a connection to the launcher ("TOKEN RANK watch HOST", reports.py)
    while the child runs. It closes when the launcher process ends, however it ends (SIGKILL,
    a notebook kernel that dies): the supervisor then stops the child as the launcher would
    have (SIGTERM, then SIGKILL after a grace time), so no rank trains on as an orphan.
 4. When the child ends with a non-zero status and the supervisor was not told to stop, send
-   one line "TOKEN RANK RETURNCODE" to the launcher's report address; the launcher stops the
-   job on the first report and returns that rank's code. If there is no launcher to tell,
+   one line "TOKEN RANK RETURNCODE HOST" to the launcher's report address; the launcher stops
+   the job on the first report and returns that rank's code. If there is no launcher to tell,
    the supervisor ends itself with SIGKILL, which makes hydra stop the other ranks.
 5. Remove the MPICH shared-memory segments of this host that no live process uses
    (shm_segments.py): before starting the child, every dead one (left by a job killed earlier,
@@ -59,6 +59,7 @@ import shm_segments  # noqa: E402
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
 _ORPHAN_GRACE = 5.0  # seconds between SIGTERM and SIGKILL when the launcher is gone
+_HOST = socket.gethostname().split()[0] if socket.gethostname().strip() else "?"
 _USAGE = ("usage: python -I _supervisor.py [--report HOST:PORT --token TOKEN] "
           "[--prefix-output] -- command [args...]")
 
@@ -187,7 +188,7 @@ def _report(options, rank, returncode):
         return "no launcher address was given (--report)"
     try:
         with socket.create_connection(_address(options), timeout=10) as conn:
-            conn.sendall(f"{options['token']} {rank} {returncode}\n".encode())
+            conn.sendall(f"{options['token']} {rank} {returncode} {_HOST}\n".encode())
             conn.recv(16)  # the launcher answers (or closes) once it has the report
     except (OSError, ValueError) as err:
         return f"could not reach the launcher at {options['report']}: {err}"
@@ -222,7 +223,7 @@ def _watch_launcher(options, state, rank):
     """Holds the watch connection; stops the child when the launcher closes it (step 3)."""
     try:
         conn = socket.create_connection(_address(options), timeout=10)
-        conn.sendall(f"{options['token']} {rank} watch\n".encode())
+        conn.sendall(f"{options['token']} {rank} watch {_HOST}\n".encode())
         conn.settimeout(None)
     except ConnectionRefusedError:
         _stop_orphan(state, rank, f"the launcher at {options['report']} is gone")

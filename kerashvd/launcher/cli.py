@@ -5,6 +5,7 @@ Example::
 
     kerashvdrun -np 4 python train.py --epochs 3
     kerashvdrun -np 8 -H node1:4,node2:4 --fusion-threshold-mb 32 -x NCCL_DEBUG=INFO python train.py
+    kerashvdrun -np 8 --hostfile hosts.txt --ssh-port 2222 python train.py    # over ssh
     kerashvdrun python train.py      # in an sbatch script: one rank per SLURM task
 """
 
@@ -25,6 +26,7 @@ from .job import JobOutcome, run_job
 from .mpiexec import find_mpiexec
 from .reports import ReportServer
 from .restarts import DEFAULT_DELAY, VARIABLE as RESTART_VARIABLE, run_with_restarts
+from .ssh import DEFAULT_CONNECT_TIMEOUT, SshSettings, ssh_launch
 
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -37,6 +39,10 @@ rank killed by signal N). Ctrl-C or SIGTERM stops every rank (send it twice to f
 With --max-restarts N, a failed job is started again, every rank, up to N times, with
 KERASHVD_RESTART_COUNT (0, 1, ...) in every rank's environment; the script resumes from its
 own checkpoint. A job stopped with Ctrl-C or SIGTERM is never restarted.
+With -H or --hostfile naming other hosts, ranks there are started over ssh (hydra's ssh
+launcher), which must work without a password; each remote host is checked first (ssh login,
+and this Python, kerashvd and the working directory at the same paths), and one that fails is
+named with the fix before anything starts.
 Inside a SLURM allocation (SLURM_JOB_ID set, no -H or --hostfile) the ranks are SLURM tasks
 started with `srun --mpi=pmi2` (plus --overlap inside an srun step), so each gets its own
 --cpus-per-task CPUs and GPUs; -np defaults to SLURM_NTASKS.
@@ -45,10 +51,12 @@ started with `srun --mpi=pmi2` (plus --overlap inside an srun step), so each get
 _EPILOG = """\
 examples:
   kerashvdrun -np 2 python train.py
-  kerashvdrun -np 8 -H node1:4,node2:4 python train.py     (same paths on every host)
-  kerashvdrun -np 4 --fusion-threshold-mb 32 --cycle-time-ms 2 -x OMP_NUM_THREADS=1 python train.py
+  kerashvdrun -np 8 -H node1:4,node2:4 python train.py     (over ssh; same paths on every host)
+  kerashvdrun -np 8 --hostfile hosts.txt --ssh-identity-file ~/.ssh/cluster_key python train.py
+  kerashvdrun -np 4 --fusion-threshold-mb 32 --cycle-time-ms 2 -x OMP_NUM_THREADS=1 \
+      python train.py
   kerashvdrun -np 4 --max-restarts 3 python train.py --checkpoint-dir ckpt   (resumes on a restart)
-  kerashvdrun python train.py                 (in an sbatch script: srun --mpi=pmi2 -n $SLURM_NTASKS)
+  kerashvdrun python train.py        (in an sbatch script: srun --mpi=pmi2 -n $SLURM_NTASKS)
 """
 
 
@@ -70,6 +78,13 @@ _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
 
 
+def _port(text):
+    value = _positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 1 to 65535, received {text!r}")
+    return value
+
+
 def _seconds(text):
     try:
         value = float(text)
@@ -78,6 +93,13 @@ def _seconds(text):
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(
             f"expected a finite number of seconds >= 0, received {text!r}")
+    return value
+
+
+def _positive_seconds(text):
+    value = _seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, received {text!r}")
     return value
 
 
@@ -93,8 +115,9 @@ def build_parser():
     where.add_argument(
         "-H", "--hosts", metavar="HOST:SLOTS[,HOST:SLOTS...]",
         help="hosts to run on and how many processes each may run (':SLOTS' defaults to 1), "
-             "e.g. node1:4,node2:4; passed to hydra as -hosts. Default: this machine, or the "
-             "SLURM allocation (through srun)")
+             "e.g. node1:4,node2:4, filled in order (ranks 0-3 on node1). Other hosts than "
+             "this one are reached over ssh. Default: this machine, or the SLURM allocation "
+             "(through srun)")
     where.add_argument(
         "-hostfile", "--hostfile", metavar="PATH",
         help="a file of hosts instead of -H: one per line, as 'node1 slots=4' (Horovod's and "
@@ -108,7 +131,9 @@ def build_parser():
         "--prefix-output", action="store_true",
         help="start every output line of a rank with '[RANK] '")
     parser.add_argument(
-        "--verbose", action="store_true", help="print the mpiexec (or srun) command before running it")
+        "--verbose", action="store_true",
+        help="print the mpiexec (or srun) command, and the ssh command for other hosts, "
+             "before running it")
     parser.add_argument(
         "--dry-run", action="store_true",
         help="print the mpiexec (or srun) command and exit without running it")
@@ -117,6 +142,19 @@ def build_parser():
         help="extra options for hydra's mpiexec, as one quoted string placed before -n, e.g. "
              "--mpi-args='-bind-to core' (see mpiexec -help); inside a SLURM allocation, "
              "options for srun instead, e.g. --mpi-args='--cpus-per-task=4'")
+    ssh = parser.add_argument_group(
+        "ssh (for hosts in -H or --hostfile other than this one; ssh runs with "
+        "BatchMode=yes: no password or host-key prompts)")
+    ssh.add_argument("--ssh-port", type=_port, metavar="PORT",
+                     help="the hosts' ssh port (ssh -p). Default: ssh's (22, or the ssh config)")
+    ssh.add_argument("--ssh-identity-file", metavar="FILE",
+                     help="the private key to log in with (ssh -i)")
+    ssh.add_argument("--ssh-config-file", metavar="FILE",
+                     help="an ssh client configuration to use instead of ~/.ssh/config (ssh -F)")
+    ssh.add_argument("--ssh-connect-timeout", type=_positive_seconds, metavar="SECONDS",
+                     default=DEFAULT_CONNECT_TIMEOUT,
+                     help="seconds to wait for a host to accept the ssh connection before "
+                          f"naming it unreachable (default {DEFAULT_CONNECT_TIMEOUT:g})")
     restarts = parser.add_argument_group(
         "restarts (torchrun's --max-restarts; the script resumes from its own checkpoint)")
     restarts.add_argument(
@@ -155,7 +193,7 @@ def _variables(parser, items):
 
 
 def _plan(parser, args):
-    """Returns (np, hosts, slurm) after checking them against each other."""
+    """Returns (np, hosts, slurm) after checking them against each other; sets args.ssh."""
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given: say what every rank runs, e.g. "
@@ -179,6 +217,12 @@ def _plan(parser, args):
             check_slots(hosts, np, flag="--hostfile")
     except ValueError as err:
         parser.error(str(err))
+    args.ssh = SshSettings(args.ssh_port, args.ssh_identity_file, args.ssh_config_file,
+                           args.ssh_connect_timeout)
+    try:
+        args.ssh.validate()
+    except ValueError as err:
+        parser.error(f"{err}.")
     try:
         args.mpi_args = shlex.split(args.mpi_args)
     except ValueError as err:  # e.g. "No closing quotation"
@@ -196,7 +240,8 @@ def main(argv=None):
         0 when every rank succeeded (on some attempt, with ``--max-restarts``); the first
         failed rank's exit code (128 + N for a rank killed by signal N), of the last attempt
         with ``--max-restarts``; 128 + N when kerashvdrun itself got signal N; 2 for bad
-        arguments or when mpiexec (srun inside a SLURM allocation) cannot be found.
+        arguments, when mpiexec (srun inside a SLURM allocation) cannot be found, or when a
+        host in ``-H``/``--hostfile`` cannot be reached or lacks what the ranks need.
 
     Example:
 
@@ -220,34 +265,50 @@ def main(argv=None):
         print(f"kerashvdrun: error: {err}", file=sys.stderr)
         return 2
 
-    local = not slurm and all(is_local(h.name) for h in hosts or [])
+    # Name the failing rank's host when the ranks run on several hosts.
+    several_hosts = not slurm and any(not is_local(h.name) for h in hosts or []) or \
+        slurm and os.environ.get("SLURM_JOB_NUM_NODES", "1") not in ("", "1")
 
     def log(message):
         print(f"kerashvdrun: {message}", file=sys.stderr, flush=True)
 
-    def run_attempt(restart_count, signals):
+    def run_attempt(remote, restart_count, signals):
         events = queue.Queue()
         rank_env = dict(env, **{RESTART_VARIABLE: str(restart_count)})
-        with ReportServer(events, local=local) as server:  # a new token: no stale reports
+        with ReportServer(events, local=not slurm and remote is None,  # a new token each time
+                          address=remote.address if remote else None,
+                          name_hosts=several_hosts) as server:
             supervision = dict(report_address=server.address, token=server.token,
                                prefix_output=args.prefix_output)
             if slurm:
                 argv = _command.srun_command(launcher, np, args.command, env=rank_env,
                                              srun_args=args.mpi_args, **supervision)
             else:
-                argv = _command.mpiexec_command(launcher, np, args.command, env=rank_env,
-                                                hosts=hosts, mpi_args=args.mpi_args,
-                                                **supervision)
+                argv = _command.mpiexec_command(
+                    launcher, np, args.command, env=rank_env, hosts=hosts,
+                    mpi_args=args.mpi_args,
+                    launcher_args=remote.mpiexec_args if remote else (), **supervision)
             if args.verbose or args.dry_run:
                 print(f"kerashvdrun: {shlex.join(argv)}", file=sys.stderr, flush=True)
             if args.dry_run:
                 return JobOutcome(returncode=0)
-            return run_job(argv, events, log=log, signals=signals)
+            outcome = run_job(argv, events, log=log, signals=signals)
+        if remote is not None:
+            remote.remove_dead_segments(log)
+        return outcome
 
     try:
-        outcome, _ = run_with_restarts(
-            run_attempt, args.max_restarts, args.restart_delay, log=log,
-            launcher="srun" if slurm else "mpiexec")
+        with ssh_launch(None if slurm else hosts, args.ssh, launcher,
+                        check=not args.dry_run) as remote:
+            if remote and (args.verbose or args.dry_run):
+                log(f"other hosts are reached with: {shlex.join(remote.ssh_argv)} HOST ...")
+            outcome, _ = run_with_restarts(
+                lambda number, signals: run_attempt(remote, number, signals),
+                args.max_restarts, args.restart_delay, log=log,
+                launcher="srun" if slurm else "mpiexec")
+    except LaunchError as err:
+        print(f"kerashvdrun: error: {err}", file=sys.stderr, flush=True)
+        return 2
     except OSError as err:
         print(f"kerashvdrun: error: could not start {launcher}: {err}", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
 
 def mpiexec_command(mpiexec, np, rank_command, *, env=None, hosts=None,
                     report_address=None, token=None, prefix_output=False, python=None,
-                    mpi_args=()):
+                    mpi_args=(), launcher_args=()):
     """Returns the argv that starts ``rank_command`` on ``np`` supervised ranks.
 
     Args:
@@ -34,6 +34,8 @@ def mpiexec_command(mpiexec, np, rank_command, *, env=None, hosts=None,
         prefix_output: prefix every output line of a rank with ``[rank] ``.
         python: interpreter that runs the supervisor (default: this one).
         mpi_args: extra hydra options, placed before ``-n``.
+        launcher_args: hydra options that choose how ranks on other hosts are started,
+            placed before ``-hosts`` (from :class:`~kerashvd.launcher.ssh.SshLaunch`).
 
     Returns:
         A list of strings for ``subprocess``.
@@ -43,7 +45,7 @@ def mpiexec_command(mpiexec, np, rank_command, *, env=None, hosts=None,
     >>> mpiexec_command("mpiexec", 2, ["python", "x.py"])[:7]
     ['mpiexec', '-launcher', 'fork', '-rmk', 'user', '-n', '2']
     """
-    argv = [mpiexec]
+    argv = [mpiexec, *launcher_args]
     if hosts:
         argv += ["-hosts", ",".join(str(h) for h in hosts)]
     else:

@@ -46,7 +46,6 @@ _STEPS = (
 _FAILURE_GRACE = 3.0
 _TICK = 0.1
 _DRAIN_AFTER_EXIT = 2.0  # orphaned grandchildren could hold the pipe open forever
-_SEGMENT_WAIT = 3.0  # seconds ranks still exiting after mpiexec may hold their segment
 
 
 @dataclasses.dataclass
@@ -259,19 +258,6 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signa
         except queue.Empty:
             break
     outcome.returncode = proc.wait()
-    _remove_dead_segments(segments_before)
+    # The supervisors clean up as their ranks end, but hydra may SIGKILL a supervisor first.
+    shm_segments.remove_dead_after_job(segments_before)
     return outcome
-
-
-def _remove_dead_segments(before):
-    """Removes the MPICH segments on this host that the job's killed ranks left behind.
-
-    The supervisors do it as their ranks end, but hydra may SIGKILL a supervisor first. Ranks
-    still on their way out hold their segment for a moment after mpiexec has ended.
-    """
-    deadline = time.monotonic() + _SEGMENT_WAIT
-    while True:
-        shm_segments.remove_dead(before)
-        if not shm_segments.segments() - before or time.monotonic() > deadline:
-            return
-        time.sleep(0.1)

@@ -1,28 +1,28 @@
-"""``kerashvd.run(fn, np)``: runs a Python function on N local processes and returns each
-rank's result, for notebooks and scripts.
+"""``kerashvd.run(fn, np, hosts=...)``: runs a Python function on N processes, on this
+machine or on several hosts, and returns each rank's result, for notebooks and scripts.
 
-How: ``fn`` and its arguments are pickled by value with cloudpickle into a temporary
-directory; ``mpiexec`` starts ``_worker.py`` on every rank under the same supervisor as
-``kerashvdrun``; ranks write their return value (or formatted traceback) back into the
-directory; the ranks' output is read from mpiexec's pipe here and printed line by line to
-this process's ``sys.stdout``, so that a notebook cell shows it.
+How: ``fn`` and its arguments are pickled by value with cloudpickle; ``mpiexec`` starts
+``_worker.py`` on every rank under the same supervisor as ``kerashvdrun`` (over ssh on other
+hosts, see ``ssh.py``); each worker fetches the pickle from the caller's report server and
+sends its return value (or formatted traceback) back through it (``reports.py``), so no
+shared file system is needed; the ranks' output is read from mpiexec's pipe here and printed
+line by line to this process's ``sys.stdout``, so that a notebook cell shows it.
 """
 
-import os
 import pickle
 import queue
 import re
-import shutil
 import signal
 import sys
-import tempfile
 
 from . import command as _command
 from .errors import RankError
 from .exit_status import describe
+from .hosts import check_slots, parse_hostfile, parse_hosts
 from .job import run_job
 from .mpiexec import find_mpiexec
 from .reports import ReportServer
+from .ssh import DEFAULT_CONNECT_TIMEOUT, SshSettings, ssh_launch
 
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -49,7 +49,25 @@ def _check(fn, np, args, kwargs, env):
                 f"string values; received {name!r}: {value!r}. Convert values with str().")
 
 
-def _write_payload(directory, fn, args, kwargs):
+def _hosts(hosts, hostfile, np):
+    """The host list of ``hosts`` or ``hostfile`` (None for this machine), checked."""
+    if hosts is not None and hostfile is not None:
+        raise ValueError("kerashvd.run takes hosts or hostfile, not both.")
+    try:
+        if hosts is not None:
+            listed = parse_hosts(hosts)
+            check_slots(listed, np, flag="hosts=")
+            return listed
+        if hostfile is not None:
+            listed = parse_hostfile(hostfile)
+            check_slots(listed, np, flag="hostfile=")
+            return listed
+    except ValueError as err:
+        raise ValueError(f"kerashvd.run: {err}") from None
+    return None
+
+
+def _payload(fn, args, kwargs):
     import cloudpickle
 
     try:
@@ -59,17 +77,15 @@ def _write_payload(directory, fn, args, kwargs):
             f"kerashvd.run could not pickle fn and its arguments with cloudpickle ({err}). "
             "Everything fn uses must be picklable: create objects such as models, sessions "
             "and open files inside fn instead of capturing them.") from err
-    with open(os.path.join(directory, "payload.pkl"), "wb") as f:
-        pickle.dump((list(sys.path), blob), f)
+    return pickle.dumps((list(sys.path), blob))
 
 
-def _read_result(directory, rank):
-    path = os.path.join(directory, f"result.{rank}.pkl")
-    if not os.path.exists(path):
+def _read_result(results, rank):
+    data = results.get(rank)
+    if data is None:
         return None
     try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
+        return pickle.loads(data)
     except Exception as err:
         raise RankError(
             f"kerashvd.run: the result of rank {rank} could not be unpickled in the caller "
@@ -77,9 +93,14 @@ def _read_result(directory, rank):
             "e.g. plain Python or NumPy values.", rank=rank) from err
 
 
-def _collect(directory, np, outcome):
+def _collect(server, np, outcome, several_hosts):
     """Returns every rank's value, or raises RankError for the first rank that failed."""
-    results = [_read_result(directory, rank) for rank in range(np)]
+    results = [_read_result(server.results, rank) for rank in range(np)]
+
+    def where(rank):
+        host = server.hosts.get(rank)
+        return f" on {host}" if several_hosts and host else ""
+
     blamed = outcome.failure.rank if outcome.failure is not None else None
     if blamed is None:
         failed = [r for r in range(np) if results[r] is None or results[r][0] != "ok"]
@@ -90,21 +111,26 @@ def _collect(directory, np, outcome):
     if 0 <= blamed < np and results[blamed] is not None and results[blamed][0] == "error":
         traceback_text = results[blamed][1]
         raise RankError(
-            f"kerashvd.run: rank {blamed} (of {np}) raised an exception; its traceback:\n\n"
+            f"kerashvd.run: rank {blamed} (of {np}){where(blamed)} raised an exception; its "
+            f"traceback:\n\n"
             f"{traceback_text}", rank=blamed, exit_code=1, remote_traceback=traceback_text)
     if outcome.failure is not None:
+        failed = outcome.failure.rank
         raise RankError(
-            f"kerashvd.run: rank {outcome.failure.rank} (of {np}) "
+            f"kerashvd.run: rank {failed} (of {np}){where(failed)} "
             f"{describe(outcome.failure.returncode)} without returning a result "
-            "(os._exit(), a crash or a signal ended it); its output is printed above.", rank=outcome.failure.rank, exit_code=outcome.failure.exit_code)
+            "(os._exit(), a crash or a signal ended it); its output is printed above.",
+            rank=failed, exit_code=outcome.failure.exit_code)
     raise RankError(
-        f"kerashvd.run: rank {blamed} (of {np}) returned no result; mpiexec "
+        f"kerashvd.run: rank {blamed} (of {np}){where(blamed)} returned no result; mpiexec "
         f"{describe(outcome.returncode)}. See the output printed above.",
         rank=blamed, exit_code=outcome.returncode)
 
 
-def run(fn, np=1, args=(), kwargs=None, env=None, verbose=True):
-    """Runs ``fn(*args, **kwargs)`` on ``np`` local processes and returns their results.
+def run(fn, np=1, args=(), kwargs=None, env=None, verbose=True, hosts=None, hostfile=None,
+        ssh_port=None, ssh_identity_file=None, ssh_config_file=None,
+        ssh_connect_timeout=DEFAULT_CONNECT_TIMEOUT):
+    """Runs ``fn(*args, **kwargs)`` on ``np`` processes and returns their results.
 
     ``fn`` runs in fresh processes started through ``mpiexec``: it calls
     :func:`kerashvd.init` itself, as a training script would. It may be a lambda or a function
@@ -113,6 +139,13 @@ def run(fn, np=1, args=(), kwargs=None, env=None, verbose=True):
     When a rank fails, the other ranks are stopped and the error is raised here. There are no
     restarts (``kerashvdrun --max-restarts`` has them; ``KERASHVD_RESTART_COUNT`` is not set
     here): to try again, catch :class:`RankError` and call ``run`` again.
+
+    With ``hosts`` (or ``hostfile``), as Horovod's ``horovod.run``, the ranks run on those
+    hosts, filled in order, and are started over ssh on those other than this machine (as
+    ``kerashvdrun -H``): ssh must work without a password, and every host needs this Python,
+    kerashvd and the working directory at the same paths; each remote host is checked first.
+    Nothing else needs to be shared: the function and the results travel over the
+    connection to this process.
 
     Args:
         fn: the function every rank calls.
@@ -124,15 +157,21 @@ def run(fn, np=1, args=(), kwargs=None, env=None, verbose=True):
         verbose: start each output line with its rank, like ``[1] ``, and print the
             launcher's messages (which rank failed). With ``False`` the ranks' output is still
             printed, without the prefix.
+        hosts: ``"node1:2,node2:2"`` (``:slots`` defaults to 1); ``None``: this machine.
+        hostfile: a file of hosts instead (``node1 slots=2`` a line, as ``kerashvdrun``).
+        ssh_port, ssh_identity_file, ssh_config_file: ssh's port (``-p``), private key
+            (``-i``) and client configuration (``-F``) for the other hosts.
+        ssh_connect_timeout: seconds a host may take to accept the ssh connection.
 
     Returns:
         A list with each rank's return value, in rank order.
 
     Raises:
-        RankError: a rank raised (the message holds its rank and full traceback), or died
-            without a result (the message holds its rank and exit code).
+        RankError: a rank raised (the message holds its rank, its host when there are
+            several, and its full traceback), or died without a result (rank and exit code).
         TypeError, ValueError: for bad arguments, or ``fn`` and its arguments cannot be pickled.
-        LaunchError: no ``mpiexec`` was found.
+        LaunchError: no ``mpiexec`` was found, or a host cannot be reached over ssh or lacks
+            what the ranks need (the message names each such host and the fix).
         KeyboardInterrupt: the caller was interrupted; every rank has been stopped.
 
     Example:
@@ -145,28 +184,36 @@ def run(fn, np=1, args=(), kwargs=None, env=None, verbose=True):
     [0, 10]
     """
     _check(fn, np, args, kwargs, env)
-    mpiexec = find_mpiexec()
-    directory = tempfile.mkdtemp(prefix="kerashvd-run-")
+    listed = _hosts(hosts, hostfile, np)
+    settings = SshSettings(ssh_port, ssh_identity_file, ssh_config_file, ssh_connect_timeout)
     try:
-        _write_payload(directory, fn, args, kwargs)
-        rank_env = {"PYTHONUNBUFFERED": "1"}
-        rank_env.update(env or {})
+        settings.validate()
+    except ValueError as err:
+        raise ValueError(f"kerashvd.run: {err}.") from None
+    mpiexec = find_mpiexec()
+    payload = _payload(fn, args, kwargs)
+    rank_env = {"PYTHONUNBUFFERED": "1"}
+    rank_env.update(env or {})
+    log = (lambda message: print(f"kerashvd.run: {message}", flush=True)) if verbose else None
+    with ssh_launch(listed, settings, mpiexec) as remote:
         events = queue.Queue()
-        with ReportServer(events, local=True) as server:
+        with ReportServer(events, local=remote is None,
+                          address=remote.address if remote else None,
+                          name_hosts=remote is not None, payload=payload) as server:
             argv = _command.mpiexec_command(
-                mpiexec, np, [sys.executable, _command.WORKER, directory], env=rank_env,
-                report_address=server.address, token=server.token, prefix_output=verbose)
-            outcome = run_job(
-                argv, events, capture_output=True,
-                on_line=lambda line: print(line, flush=True),
-                log=(lambda message: print(f"kerashvd.run: {message}", flush=True))
-                if verbose else None)
+                mpiexec, np, [sys.executable, _command.WORKER, server.address, server.token],
+                env=rank_env, hosts=listed, report_address=server.address,
+                token=server.token, prefix_output=verbose,
+                launcher_args=remote.mpiexec_args if remote else ())
+            outcome = run_job(argv, events, capture_output=True,
+                              on_line=lambda line: print(line, flush=True), log=log)
+        if remote is not None:
+            remote.remove_dead_segments(log)
         if outcome.interrupted is not None:
             if outcome.interrupted != signal.SIGINT:
                 signal.raise_signal(outcome.interrupted)  # as if it had come after the run
             raise KeyboardInterrupt(
                 f"kerashvd.run was interrupted by {signal.Signals(outcome.interrupted).name}; "
                 "all ranks were stopped.")
-        return _collect(directory, np, outcome)
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        return _collect(server, np, outcome, several_hosts=remote is not None)
+

@@ -14,13 +14,18 @@ it map it for their whole life, and the process creating one holds it open from
 dead. Only segments that appeared after a given moment are removed (the ones the caller's own
 job made), unless the caller asks for all.
 
-Standard library only: the per-rank supervisor loads this file by path.
+Standard library only: the per-rank supervisor loads this file by path, and the launcher
+runs it on other hosts after a job (``python -I shm_segments.py [BEFORE...]``: removes the
+dead segments not named, waiting up to :data:`SETTLE` seconds for those still in use).
 """
 
 import os
+import sys
+import time
 
 SHM_DIR = "/dev/shm"
 PREFIX = "mpich_shm_"
+SETTLE = 3.0  # seconds ranks still exiting after their job's end may hold their segment
 
 
 def segments(shm_dir=SHM_DIR):
@@ -76,3 +81,19 @@ def remove_dead(before=None, shm_dir=SHM_DIR):
             continue  # removed meanwhile, or not ours
         removed.append(os.path.basename(path))
     return removed
+
+
+def remove_dead_after_job(before, settle=SETTLE, shm_dir=SHM_DIR):
+    """Removes the segments a job that has just ended left behind: those not in ``before``
+    that no live process uses, waiting up to ``settle`` seconds for ranks still on their way
+    out to let go of theirs."""
+    deadline = time.monotonic() + settle
+    while True:
+        remove_dead(before, shm_dir)
+        if not segments(shm_dir) - before or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
+
+
+if __name__ == "__main__":
+    remove_dead_after_job(set(sys.argv[1:]))
