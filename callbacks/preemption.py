@@ -16,6 +16,7 @@ The handlers are installed when training starts and the previous ones restored w
 The check costs one small allreduce per ``check_every`` batches.
 """
 
+import math
 import signal
 import sys
 
@@ -68,9 +69,11 @@ class PreemptionCallback(Callback):
             the record the next run resumes from).
         signals: the signals to catch, as names or numbers. Default SIGUSR1 (``#SBATCH
             --signal=USR1@120``) and SIGTERM (preemption, ``scancel``).
-        check_every: ranks compare notes every this many batches (1 by default; a larger
-            value saves the allreduce on very short steps, and stops up to that many batches
-            later).
+        check_every: ranks compare notes every this many batches (a larger value saves the
+            allreduce on very short steps, and stops up to that many batches later). Default:
+            1, or the optimizer's ``backward_passes_per_step`` k, whose locally accumulated
+            gradients are not saved: training stops only after batches that apply an update
+            (a multiple of k), so the resumed run loses nothing.
         exit_code: the code of the :class:`Preempted` exit.
 
     Every rank must use the callback (the check is a collective). Put it after the callbacks
@@ -83,14 +86,15 @@ class PreemptionCallback(Callback):
                      hvd.callbacks.PreemptionCallback(ckpt)]
     """
 
-    def __init__(self, checkpoint, signals=("SIGUSR1", "SIGTERM"), check_every=1,
+    def __init__(self, checkpoint, signals=("SIGUSR1", "SIGTERM"), check_every=None,
                  exit_code=PREEMPTED_EXIT_CODE):
         super().__init__()
         if not hasattr(checkpoint, "save_position"):
             raise TypeError("checkpoint must be a kerashvd.callbacks.ModelCheckpoint; received "
                             f"{type(checkpoint).__name__}")
-        if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
-            raise ValueError(f"check_every must be an int >= 1; received {check_every!r}")
+        if check_every is not None and (isinstance(check_every, bool)
+                                        or not isinstance(check_every, int) or check_every < 1):
+            raise ValueError(f"check_every must be None or an int >= 1; received {check_every!r}")
         self.checkpoint = checkpoint
         self.signals = [_signal_number(s) for s in signals]
         self.check_every = check_every
@@ -104,6 +108,8 @@ class PreemptionCallback(Callback):
 
     def on_train_begin(self, logs=None):
         self._received = 0
+        passes = getattr(getattr(self.model, "optimizer", None), "backward_passes_per_step", 1)
+        self._every = math.lcm(self.check_every or 1, int(passes or 1))
         try:
             for number in self.signals:
                 self._previous[number] = signal.signal(number, self._handle)
@@ -124,7 +130,7 @@ class PreemptionCallback(Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         step = batch + 1 + batch_offset(self.model)
-        if step % self.check_every:
+        if step % self._every:
             return
         agreed = int(np.asarray(hvd.allreduce(np.int32(self._received), op=hvd.Max,
                                               name="callbacks.preemption")))

@@ -22,9 +22,17 @@ Training: each rank reads its own files (see recipes/imagenet_data.py), ResNet-5
 and L2 weight decay on the convolution and dense kernels. The learning rate is
 ``0.1 * global_batch / 256``, reached by a linear warmup over the first 5 epochs and divided
 by 10 at epochs 30, 60 and 80 (Goyal et al., "Accurate, Large Minibatch SGD", 2017).
-Validation is exact over the whole validation set. Rank 0 saves a checkpoint every epoch
-(``--checkpoint-dir``; a rerun resumes after the last saved epoch), prints images/s per rank
-and in total, and appends one CSV row per epoch to ``--log-csv``.
+Validation is exact over the whole validation set. Rank 0 prints images/s per rank and in
+total, and appends one CSV row per epoch to ``--log-csv``.
+
+Checkpoints (``--checkpoint-dir``): rank 0 saves at the end of every epoch, every
+``--save-every`` batches if given, and on SLURM's walltime warning (SIGUSR1) or a preemption
+(SIGTERM), after the same batch on every rank (the ranks then exit with code 75, which the
+sbatch templates turn into a requeue); the newest ``--keep`` files are kept. A rerun resumes at
+the saved batch with the model, optimizer and learning-rate schedule exactly where they were.
+The data is not replayed exactly: for speed the input pipeline reads, shuffles and augments in
+parallel without a fixed order, so the rest of a cut epoch is a fresh random draw from the
+epoch's files (each epoch's file order is a function of ``--seed`` and the epoch).
 """
 
 import argparse
@@ -87,7 +95,14 @@ def parse_args(argv):
     train.add_argument("--backward-passes-per-step", type=int, default=1,
                        help="accumulate gradients of this many batches locally per update")
     train.add_argument("--checkpoint-dir",
-                       help="rank 0 saves model.keras here every epoch; a rerun resumes")
+                       help="rank 0 saves model-EPOCH.keras here every epoch; a rerun resumes")
+    train.add_argument("--save-every", type=int, metavar="BATCHES",
+                       help="also save every this many batches inside an epoch")
+    train.add_argument("--keep", type=int, default=2,
+                       help="keep the newest this many checkpoint files (default 2)")
+    train.add_argument("--require-checkpoint", action="store_true",
+                       help="fail instead of starting from scratch when --checkpoint-dir holds "
+                            "no checkpoint (for resubmitted jobs)")
     train.add_argument("--log-csv",
                        help="rank 0 appends one row per epoch (loss, accuracy, lr, images/s)")
     train.add_argument("--seed", type=int, default=1234)
@@ -103,8 +118,9 @@ def parse_args(argv):
     if args.image_size < 32:
         p.error("--image-size must be at least 32 (ResNet-50's smallest input); "
                 f"received {args.image_size}")
-    for key in ("batch_size", "epochs", "warmup_epochs", "backward_passes_per_step"):
-        if getattr(args, key) <= 0:
+    for key in ("batch_size", "epochs", "warmup_epochs", "backward_passes_per_step", "keep",
+                "save_every"):
+        if getattr(args, key) is not None and getattr(args, key) <= 0:
             p.error(f"--{key.replace('_', '-')} must be positive; received {getattr(args, key)}")
     try:
         args.decay_epochs = sorted(int(e) for e in args.decay_epochs.split(",") if e.strip())
@@ -148,19 +164,27 @@ def lr_callbacks(args, peak_lr, steps):
 
 
 def load_data(args):
-    """(train, validation or None, steps_per_epoch) for this rank."""
+    """(train_batches, validation or None, steps_per_epoch) for this rank, where
+    ``train_batches(epoch, step)`` is the training data of ``epoch`` (see the module doc)."""
     import imagenet_data
     import kerashvd as hvd
 
     global_batch = args.batch_size * hvd.size()
-    seed = args.seed + hvd.rank()
+
+    def seed(epoch):
+        return (args.seed * 1_000_003 + epoch) * 1_009 + hvd.rank()
+
     if args.synthetic:
-        train = imagenet_data.synthetic_dataset(args.image_size, args.batch_size, seed)
-        return train, None, args.steps_per_epoch
+        train = imagenet_data.synthetic_dataset(args.image_size, args.batch_size, seed(0))
+        return (lambda epoch, step: train), None, args.steps_per_epoch
     if args.data_format == "tfrecord":
         imagenet_data.check_tfrecord_layout(args.data_dir)
-        train, train_files = imagenet_data.tfrecord_dataset(
-            args.data_dir, "train", args.image_size, args.batch_size, seed)
+
+        def train_batches(epoch, step):
+            return imagenet_data.tfrecord_dataset(
+                args.data_dir, "train", args.image_size, args.batch_size, seed(epoch))[0]
+        _, train_files = imagenet_data.tfrecord_dataset(
+            args.data_dir, "train", args.image_size, args.batch_size, seed(0))
         val, val_files = imagenet_data.tfrecord_dataset(
             args.data_dir, "validation", args.image_size, args.batch_size)
         train_images = args.train_images or imagenet_data.TRAIN_IMAGES
@@ -169,8 +193,12 @@ def load_data(args):
 
         root = data_root(args.data_dir)
         builder = require_prepared("imagenet2012", root, TFDS_HOWTO.format(root=root))
-        train, train_files = imagenet_data.tfds_dataset(
-            builder, "train", args.image_size, args.batch_size, seed)
+
+        def train_batches(epoch, step):
+            return imagenet_data.tfds_dataset(
+                builder, "train", args.image_size, args.batch_size, seed(epoch))[0]
+        _, train_files = imagenet_data.tfds_dataset(
+            builder, "train", args.image_size, args.batch_size, seed(0))
         val, val_files = imagenet_data.tfds_dataset(
             builder, "validation", args.image_size, args.batch_size)
         train_images = args.train_images or builder.info.splits["train"].num_examples
@@ -180,7 +208,7 @@ def load_data(args):
             print(f"rank {rank} reads {len(t)} training file(s): {' '.join(t)}; "
                   f"{len(v)} validation file(s): {' '.join(v)}", flush=True)
     steps = args.steps_per_epoch or max(1, train_images // global_batch)
-    return train, val, steps
+    return train_batches, val, steps
 
 
 def compile_model(args, peak_lr):
@@ -229,11 +257,12 @@ def main(argv=None):
 
     hvd.init()
     keras.utils.set_random_seed(args.seed + hvd.rank())  # weights come from rank 0 anyway
-    train, val, steps = load_data(args)
+    train_batches, val, steps = load_data(args)
     global_batch = args.batch_size * hvd.size()
     peak_lr = args.base_lr * global_batch / 256
     model = compile_model(args, peak_lr)
-    initial_epoch = restore_latest(model, args.checkpoint_dir)
+    initial_epoch, initial_step = restore_latest(model, args.checkpoint_dir, steps,
+                                                 required=args.require_checkpoint)
     if initial_epoch >= args.epochs:
         if hvd.rank() == 0:
             print(f"Nothing to do: {initial_epoch} epoch(s) done, --epochs {args.epochs}")
@@ -249,14 +278,17 @@ def main(argv=None):
         callbacks.append(hvd.callbacks.DistributedValidationCallback())
     callbacks += [hvd.callbacks.MetricAverageCallback(), log]
     if args.checkpoint_dir:
-        callbacks.append(hvd.callbacks.ModelCheckpoint(os.path.join(args.checkpoint_dir, "model.keras")))
+        checkpoint = hvd.callbacks.ModelCheckpoint(
+            os.path.join(args.checkpoint_dir, "model-{epoch:03d}.keras"),
+            save_freq=args.save_every or "epoch", max_to_keep=args.keep)
+        callbacks += [checkpoint, hvd.callbacks.PreemptionCallback(checkpoint)]
     # Validation reads each rank's files once, a dataset of unknown length: Keras warns when
     # it ends (training repeats forever, so the warning can only come from validation).
     warnings.filterwarnings("ignore", message="Your input ran out of data")
-    history = model.fit(train, epochs=args.epochs, initial_epoch=initial_epoch,
-                        steps_per_epoch=steps, validation_data=val, callbacks=callbacks,
-                        shuffle=False,  # the datasets shuffle themselves
-                        verbose=hvd.callbacks.verbose(2))
+    history = hvd.callbacks.fit_resumable(
+        model, train_batches, epochs=args.epochs, steps_per_epoch=steps,
+        initial_epoch=initial_epoch, initial_step=initial_step, validation_data=val,
+        callbacks=callbacks, verbose=hvd.callbacks.verbose(2))
     if hvd.rank() == 0:
         if args.synthetic:
             report_benchmark(log.rows, hvd.size())

@@ -12,12 +12,19 @@ Data: tfds' ``mnist`` (3.0.1) in ``--data-dir`` (default ``$TFDS_DATA_DIR`` or
 copy ``DIR/mnist`` to the cluster.
 
 What each rank does: it reads its own part of the training split (``tfds.even_splits``, equal
-sizes, so every rank runs the same number of steps), shuffles it every epoch, and trains with
+sizes, so every rank runs the same number of steps), shuffles it every epoch in an order
+that depends only on ``--seed``, the rank and the epoch, and trains with
 ``kerashvd.DistributedOptimizer``; the learning rate is scaled by the number of ranks and
 warmed up over the first epochs. Validation runs on every rank's part of the test split and is
-exact over the whole split (``DistributedValidationCallback``). Rank 0 prints progress, saves a
-checkpoint every epoch into ``--checkpoint-dir`` (a rerun with the same directory resumes at
-the next epoch) and appends one CSV row per epoch to ``--log-csv``.
+exact over the whole split (``DistributedValidationCallback``). Rank 0 prints progress and
+appends one CSV row per epoch to ``--log-csv``.
+
+Checkpoints (``--checkpoint-dir``): rank 0 saves at the end of every epoch, every
+``--save-every`` batches if given, and when SLURM's walltime warning (SIGUSR1) or a
+preemption/``scancel`` (SIGTERM) arrives, after the same batch on every rank (then the ranks
+exit with code 75, which the sbatch templates turn into a requeue). The newest ``--keep``
+files are kept. Rerun the same command to resume: it continues exactly where the last save
+was made, even inside an epoch, and ends with the same weights as a run never interrupted.
 """
 
 import argparse
@@ -47,6 +54,13 @@ def parse_args(argv):
                    help=f"epochs of learning-rate warmup (default {DEFAULTS['warmup_epochs']})")
     p.add_argument("--checkpoint-dir",
                    help="rank 0 saves a checkpoint here every epoch; a rerun resumes from it")
+    p.add_argument("--save-every", type=int, metavar="BATCHES",
+                   help="also save every this many batches inside an epoch")
+    p.add_argument("--keep", type=int, default=3,
+                   help="keep the newest this many checkpoint files (default 3)")
+    p.add_argument("--require-checkpoint", action="store_true",
+                   help="fail instead of starting from scratch when --checkpoint-dir holds no "
+                        "checkpoint (for resubmitted jobs)")
     p.add_argument("--log-csv",
                    help="rank 0 appends one row per epoch here (loss, accuracy, lr, images/s, ...)")
     p.add_argument("--seed", type=int, default=1234)
@@ -56,14 +70,15 @@ def parse_args(argv):
     for key, value in (TINY if args.tiny else DEFAULTS).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    for key in ("epochs", "batch_size", "warmup_epochs"):
-        if getattr(args, key) <= 0:
+    for key in ("epochs", "batch_size", "warmup_epochs", "keep", "save_every"):
+        if getattr(args, key) is not None and getattr(args, key) <= 0:
             p.error(f"--{key.replace('_', '-')} must be positive; received {getattr(args, key)}")
     return args
 
 
 def load_data(args):
-    """This rank's training and validation datasets (batched), and the steps per epoch."""
+    """This rank's training batches as a function of (epoch, first batch), the validation
+    dataset (batched), and the steps per epoch."""
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
@@ -89,12 +104,18 @@ def load_data(args):
     if train_images < args.batch_size:
         raise ValueError(f"each rank has {train_images} training images, fewer than --batch-size "
                          f"{args.batch_size}; use a smaller batch or fewer ranks")
-    train = (train.shuffle(min(train_images, 10000), seed=args.seed + hvd.rank(),
-                           reshuffle_each_iteration=True)
-             .batch(args.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+
+    def train_batches(epoch, step):
+        # The order is a function of (seed, rank, epoch) only, so a resumed run sees the same
+        # batches; skipping `step` batches of the cached images costs no decoding.
+        seed = (args.seed * 1_000_003 + epoch) * 1_009 + hvd.rank()
+        return (train.shuffle(min(train_images, 10000), seed=seed, reshuffle_each_iteration=False)
+                .batch(args.batch_size, drop_remainder=True).skip(step)
+                .prefetch(tf.data.AUTOTUNE))
+
     val = (load(val_split).map(normalize, num_parallel_calls=tf.data.AUTOTUNE)
            .batch(args.batch_size).cache().prefetch(tf.data.AUTOTUNE))
-    return train, val, train_images // args.batch_size
+    return train_batches, val, train_images // args.batch_size
 
 
 def build_model():
@@ -128,14 +149,16 @@ def main(argv=None):
 
     hvd.init()
     keras.utils.set_random_seed(args.seed + hvd.rank())  # weights come from rank 0 anyway
-    train, val, steps = load_data(args)
+    train_batches, val, steps = load_data(args)
 
     # The global batch is size() times larger: scale the learning rate with it.
     lr = args.lr * hvd.size()
     model = build_model()
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(lr)),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    initial_epoch = restore_latest(model, args.checkpoint_dir, input_shape=(None, 28, 28, 1))
+    initial_epoch, initial_step = restore_latest(model, args.checkpoint_dir, steps,
+                                                 input_shape=(None, 28, 28, 1),
+                                                 required=args.require_checkpoint)
     if initial_epoch >= args.epochs:
         if hvd.rank() == 0:
             print(f"Nothing to do: {initial_epoch} epoch(s) done, --epochs {args.epochs}")
@@ -150,12 +173,14 @@ def main(argv=None):
         EpochLog(args.batch_size, csv_path=args.log_csv),
     ]
     if args.checkpoint_dir:
-        callbacks.append(hvd.callbacks.ModelCheckpoint(
-            os.path.join(args.checkpoint_dir, "model-{epoch:03d}.keras")))
-    history = model.fit(train, epochs=args.epochs, initial_epoch=initial_epoch,
-                        validation_data=val, callbacks=callbacks,
-                        shuffle=False,  # the training dataset reshuffles itself every epoch
-                        verbose=hvd.callbacks.verbose(2))
+        checkpoint = hvd.callbacks.ModelCheckpoint(
+            os.path.join(args.checkpoint_dir, "model-{epoch:03d}.keras"),
+            save_freq=args.save_every or "epoch", max_to_keep=args.keep)
+        callbacks += [checkpoint, hvd.callbacks.PreemptionCallback(checkpoint)]
+    history = hvd.callbacks.fit_resumable(
+        model, train_batches, epochs=args.epochs, steps_per_epoch=steps,
+        initial_epoch=initial_epoch, initial_step=initial_step, validation_data=val,
+        callbacks=callbacks, verbose=hvd.callbacks.verbose(2))
     if hvd.rank() == 0:
         print(f"ranks={hvd.size()} epochs={args.epochs} "
               f"final val_accuracy={history.history['val_accuracy'][-1]:.4f}", flush=True)

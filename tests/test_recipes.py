@@ -116,12 +116,12 @@ def test_imagenet_tfrecord_then_tfds_resume(imagenet_tfrecord_dir, imagenet_tfds
     _, output = run_recipe("imagenet.py", *common, "--data-dir", imagenet_tfrecord_dir)
     check_sharding(output, [n for n in os.listdir(imagenet_tfrecord_dir) if n.startswith("train-")])
     assert "ranks=2 final loss=" in output, output[-4000:]
-    assert (ckpt / "model.keras").is_file()
+    assert (ckpt / "model-001.keras").is_file()
     assert json.loads((ckpt / "kerashvd_checkpoint.json").read_text())["epoch"] == 1
 
     _, output = run_recipe("imagenet.py", *common, "--epochs", "2", "--data-format", "tfds",
                            "--data-dir", imagenet_tfds_dir)
-    assert re.search(r"Resuming from \S*model\.keras after epoch 1", output), output[-4000:]
+    assert re.search(r"Resuming from \S*model-001\.keras after epoch 1", output), output[-4000:]
     assert "Epoch 2/2" in output and "Epoch 1/" not in output, output[-4000:]
     tfds_files = os.listdir(os.path.join(imagenet_tfds_dir, "imagenet2012", "5.1.0"))
     check_sharding(output, [n for n in tfds_files if "-train.tfrecord-" in n])
