@@ -299,7 +299,7 @@ def main(argv=None):
 
     try:
         with ssh_launch(None if slurm else hosts, args.ssh, launcher,
-                        check=not args.dry_run) as remote:
+                        dry_run=args.dry_run) as remote:
             if remote and (args.verbose or args.dry_run):
                 log(f"other hosts are reached with: {shlex.join(remote.ssh_argv)} HOST ...")
             outcome, _ = run_with_restarts(

@@ -21,11 +21,12 @@ class Host:
         return f"{self.name}:{self.slots}"
 
 
-def parse_hosts(text):
+def parse_hosts(text, flag="-H"):
     """Parses ``"host1:n1,host2:n2"`` (``:n`` optional, default 1) into a list of :class:`Host`.
 
     Args:
         text: the value of ``-H/--hosts``.
+        flag: where ``text`` came from, for the messages.
 
     Returns:
         A non-empty list of :class:`Host`, in the order given.
@@ -42,8 +43,8 @@ def parse_hosts(text):
     example = "Expected a comma-separated list like 'node1:4,node2:4' (':slots' defaults to 1)"
     entries = [e.strip() for e in (text or "").split(",")]
     if not text or not text.strip() or any(not e for e in entries):
-        raise ValueError(f"{example}; received an empty entry in -H {text!r}.")
-    return _checked([(entry, f"-H {text!r}") for entry in entries], example)
+        raise ValueError(f"{example}; received an empty entry in {flag} {text!r}.")
+    return _checked([(entry, f"{flag} {text!r}") for entry in entries], example)
 
 
 def parse_hostfile(path):
@@ -106,10 +107,11 @@ def _checked(entries, example):
     return hosts
 
 
-def check_slots(hosts, np, flag="-H"):
+def check_slots(hosts, np, flag="-H", np_name="-np"):
     """Raises ``ValueError`` unless ``hosts`` have at least ``np`` slots in total.
 
-    ``flag`` names where the hosts came from in the message (``-H`` or ``--hostfile``).
+    ``flag`` names where the hosts came from in the message (``-H`` or ``--hostfile``), and
+    ``np_name`` the process count.
 
     Example:
 
@@ -119,8 +121,8 @@ def check_slots(hosts, np, flag="-H"):
     if total < np:
         listed = ",".join(str(h) for h in hosts)
         raise ValueError(
-            f"-np {np} needs {np} slots, but {flag} {listed} provides only {total}. "
-            f"Add hosts or slots to {flag}, or lower -np.")
+            f"{np_name} {np} needs {np} slots, but {flag} {listed} provides only {total}. "
+            f"Add hosts or slots to {flag}, or lower {np_name}.")
 
 
 def is_local(name):

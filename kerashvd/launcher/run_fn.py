@@ -53,18 +53,19 @@ def _hosts(hosts, hostfile, np):
     """The host list of ``hosts`` or ``hostfile`` (None for this machine), checked."""
     if hosts is not None and hostfile is not None:
         raise ValueError("kerashvd.run takes hosts or hostfile, not both.")
+    if hosts is not None and not isinstance(hosts, str):
+        raise TypeError(f"kerashvd.run expects hosts as a string like 'node1:2,node2:2'; "
+                        f"received {type(hosts).__name__}: {hosts!r}.")
+    if hosts is None and hostfile is None:
+        return None
     try:
-        if hosts is not None:
-            listed = parse_hosts(hosts)
-            check_slots(listed, np, flag="hosts=")
-            return listed
-        if hostfile is not None:
-            listed = parse_hostfile(hostfile)
-            check_slots(listed, np, flag="hostfile=")
-            return listed
+        listed = parse_hosts(hosts, flag="hosts") if hosts is not None \
+            else parse_hostfile(hostfile)
+        check_slots(listed, np, flag="hosts" if hosts is not None else "hostfile",
+                    np_name="np")
     except ValueError as err:
         raise ValueError(f"kerashvd.run: {err}") from None
-    return None
+    return listed
 
 
 def _payload(fn, args, kwargs):

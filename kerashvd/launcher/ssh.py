@@ -235,7 +235,8 @@ def check_hosts(names, settings, mpiexec, python=None):
     checked = _on_every_host(names, lambda host: _check_host(host, argv, required, timeout))
     failed = [(host, problem) for host, (problem, _) in zip(names, checked) if problem]
     if failed:
-        lines = "\n".join(f"  {host}: {problem}." for host, problem in failed)
+        lines = "\n".join(f"  {host}: {problem}{'' if problem.endswith(('.', '?')) else '.'}"
+                          for host, problem in failed)
         raise LaunchError(
             f"cannot start ranks on {len(failed)} of the {len(names)} remote host(s) over "
             f"ssh:\n{lines}\nRanks on other hosts are started with ssh, which must work "
@@ -299,10 +300,11 @@ class SshLaunch:
 
 
 @contextlib.contextmanager
-def ssh_launch(hosts, settings, mpiexec, *, check=True, python=None):
+def ssh_launch(hosts, settings, mpiexec, *, dry_run=False, python=None):
     """Prepares a job on ``hosts``: yields an :class:`SshLaunch` when some host is remote
-    (after :func:`check_hosts` unless ``check`` is false), else ``None``. The wrapper script
-    hydra runs lives until the block ends.
+    (after :func:`check_hosts`), else ``None``. The wrapper script hydra runs lives until the
+    block ends. With ``dry_run``, nothing is checked or looked up (no name is resolved), and
+    this machine's host name stands for its address.
 
     Example:
 
@@ -316,9 +318,9 @@ def ssh_launch(hosts, settings, mpiexec, *, check=True, python=None):
         yield None
         return
     settings.validate()
-    segments = check_hosts(names, settings, mpiexec, python) if check else {}
+    segments = {} if dry_run else check_hosts(names, settings, mpiexec, python)
     ssh_argv = settings.argv(shutil.which("ssh") or "ssh")
-    address = launch_address(names)
+    address = socket.gethostname() if dry_run else launch_address(names)
     directory = tempfile.mkdtemp(prefix="kerashvd-ssh-")
     try:
         wrapper = os.path.join(directory, "ssh")

@@ -2,9 +2,10 @@
 
 Usage: ``python hosts_job.py MODE [RANK CODE]``. Every rank joins MPI (mpi4py, so that MPICH
 makes its shared-memory segment on each host, which a rank killed before MPI_Finalize leaves
-behind), prints one JSON line {"rank", "size", "host", "pid", "probe" (the value of
-KHVD_PROBE, or null), "restart" (KERASHVD_RESTART_COUNT, or null)} and waits at a barrier
-until every rank has printed. Then, by MODE:
+behind), prints one JSON line {"rank", "size", "host", "local_size" (the ranks MPI finds on
+this host: MPI_COMM_TYPE_SHARED), "pid", "probe" (the value of KHVD_PROBE, or null),
+"restart" (KERASHVD_RESTART_COUNT, or null)} and waits at a barrier until every rank has
+printed. Then, by MODE:
 
 - ``ok``: every rank ends normally.
 - ``fail RANK CODE``: rank RANK exits with CODE without MPI_Finalize; the others sleep 60 s
@@ -26,9 +27,10 @@ mode = sys.argv[1]
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
 restart = os.environ.get("KERASHVD_RESTART_COUNT")
+local_size = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
 sys.stdout.write(json.dumps({"rank": rank, "size": comm.Get_size(), "host": socket.gethostname(),
-                             "pid": os.getpid(), "probe": os.environ.get("KHVD_PROBE"),
-                             "restart": restart}) + "\n")
+                             "local_size": local_size, "pid": os.getpid(),
+                             "probe": os.environ.get("KHVD_PROBE"), "restart": restart}) + "\n")
 sys.stdout.flush()
 comm.Barrier()
 
