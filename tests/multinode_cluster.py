@@ -51,6 +51,11 @@ Needs root, Debian's ``slurmctld slurmd slurm-client munge`` and ``iproute2``, a
 ``nsenter``/``unshare`` (util-linux), and the right to make bridges and namespaces (root in a
 container may lack CAP_NET_ADMIN); the fixtures skip with the reason otherwise.
 
+The nodes themselves (namespaces, links, /etc/hosts lines, the command that starts a process
+as a node) are :class:`NodeNetwork`, which the ``ssh_nodes`` fixture (tests/ssh_nodes.py:
+nodes that run sshd instead of slurmd, for ``kerashvdrun -H``) shares; that fixture is defined
+here too, since pytest loads this module as a plugin.
+
 API: that of :class:`slurm_cluster.SlurmCluster` (``env``, ``run``, ``sbatch``, ``wait``,
 ``job``, ``log``, ``log_path``, ``cpus``) plus ``nodes`` (the node names, in order),
 ``addresses`` (node name -> IP) and, after teardown, ``node_segments`` (node -> the MPICH
@@ -465,33 +470,41 @@ def _missing():
     return None
 
 
-def _cluster(nodes):
-    reason = _missing()
+def nodes_fixture(missing, prefix, make, what):
+    """The body of a nodes fixture: skips with ``missing()``'s reason (None: go on), makes
+    ``make(root)`` in a fresh directory, starts it (skipping where namespaces cannot be made),
+    yields it, and stops it at the end, raising the problems its ``stop()`` returns (``what``
+    names it in the message)."""
+    reason = missing()
     if reason:
         pytest.skip(reason)
-    root = tempfile.mkdtemp(prefix="khvd-nodes-")  # short: unix socket paths live here
+    root = tempfile.mkdtemp(prefix=prefix)  # short: unix socket paths live here
     os.chmod(root, 0o755)
-    cluster = MultiNodeCluster(root, nodes)
+    nodes = make(root)
     started = time.monotonic()
     try:
-        cluster.start()
+        nodes.start()
     except BaseException as err:
-        cluster.stop()
+        nodes.stop()
         shutil.rmtree(root, ignore_errors=True)
         if isinstance(err, NoNetworkNamespaces):
             pytest.skip(str(err))
         raise
-    cluster.start_seconds = time.monotonic() - started
+    nodes.start_seconds = time.monotonic() - started
     try:
-        yield cluster
+        yield nodes
     finally:
         started = time.monotonic()
-        problems = cluster.stop()
-        cluster.stop_seconds = time.monotonic() - started
+        problems = nodes.stop()
+        nodes.stop_seconds = time.monotonic() - started
         shutil.rmtree(root, ignore_errors=True)
     if problems:
-        raise RuntimeError(f"the {nodes}-node test SLURM cluster did not stop cleanly:\n"
-                           + "\n".join(problems))
+        raise RuntimeError(f"{what} did not stop cleanly:\n" + "\n".join(problems))
+
+
+def _cluster(nodes):
+    yield from nodes_fixture(_missing, "khvd-nodes-", lambda root: MultiNodeCluster(root, nodes),
+                             f"the {nodes}-node test SLURM cluster")
 
 
 @pytest.fixture(scope="session")
@@ -510,6 +523,7 @@ def cluster_3_nodes():
 def ssh_nodes():
     """Two nodes running sshd, plus a host lacking this Python and one that does not answer
     (tests/ssh_nodes.py)."""
-    import ssh_nodes as module
+    import ssh_nodes as module  # it imports this module
 
-    yield from module.ssh_nodes_fixture()
+    yield from nodes_fixture(module.missing, "khvd-nodes-ssh-", module.SshNodes,
+                             "the ssh test nodes")

@@ -48,13 +48,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
-import pytest
-
 from kerashvd.launcher import shm_segments
-from multinode_cluster import NodeNetwork, NoNetworkNamespaces, _cmdline, _ns_inode
+from multinode_cluster import NodeNetwork, _cmdline, _ns_inode
 from slurm_cluster import _die_with_pytest, _find
 
 _TOOLS = ("sshd", "ssh", "ssh-keygen", "ip", "nsenter", "unshare")
@@ -245,7 +242,8 @@ class SshNodes:
         return problems
 
 
-def _missing():
+def missing():
+    """Why the nodes cannot run here, or None."""
     if os.geteuid() != 0:
         return "the ssh test nodes need root (namespaces, sshd)"
     missing = [name for name in _TOOLS if _find(name) is None]
@@ -253,30 +251,3 @@ def _missing():
         return (f"the ssh test nodes need {', '.join(missing)}: apt-get install "
                 "openssh-server openssh-client iproute2 util-linux")
     return None
-
-
-def ssh_nodes_fixture():
-    """The body of the ``ssh_nodes`` fixture: yields running :class:`SshNodes`."""
-    reason = _missing()
-    if reason:
-        pytest.skip(reason)
-    root = tempfile.mkdtemp(prefix="khvd-nodes-ssh-")
-    os.chmod(root, 0o755)
-    nodes = SshNodes(root)
-    started = time.monotonic()
-    try:
-        nodes.start()
-    except BaseException as err:
-        nodes.stop()
-        shutil.rmtree(root, ignore_errors=True)
-        if isinstance(err, NoNetworkNamespaces):
-            pytest.skip(str(err))
-        raise
-    nodes.start_seconds = time.monotonic() - started
-    try:
-        yield nodes
-    finally:
-        problems = nodes.stop()
-        shutil.rmtree(root, ignore_errors=True)
-    if problems:
-        raise RuntimeError("the ssh test nodes did not stop cleanly:\n" + "\n".join(problems))
