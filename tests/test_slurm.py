@@ -12,7 +12,11 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
+import time
+
+import numpy as np
 
 import pytest
 
@@ -298,3 +302,63 @@ def test_srun_command_takes_the_job_shape_and_the_users_options():
     for given in (["-K0"], ["--kill-on-bad-exit=0"], ["--kill-on-bad-exit", "0"]):
         assert head({}, given)[0] == ["srun", "--mpi=pmi2", *given, "-n", "4"]
     assert head({}, env={"A": "1", "B": "x y"})[1] == ["env", "A=1", "B=x y", "python", "t.py"]
+
+
+def _archive_arrays(path):
+    """Every array of a ``.keras`` checkpoint (weights, optimizer state, RNG state) by name."""
+    import io
+    import zipfile
+
+    import h5py
+
+    arrays = {}
+    with zipfile.ZipFile(path) as archive:
+        with h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r") as weights:
+            weights.visititems(lambda name, obj: arrays.__setitem__(name, np.array(obj))
+                               if isinstance(obj, h5py.Dataset) else None)
+        with np.load(io.BytesIO(archive.read("kerashvd/random_state.npz"))) as state:
+            arrays.update({f"random_state/{k}": state[k] for k in state.files})
+    return arrays
+
+
+@pytest.mark.slow
+def test_template_stops_on_the_walltime_signal_requeues_and_resumes_exactly(
+        slurm_cluster, tmp_path, mnist_data_dir):
+    """What ``#SBATCH --signal=USR1@120`` sends before the time limit, sent mid-epoch with
+    ``scancel --signal=USR1``: every rank stops after the same batch, rank 0 saves, the job
+    requeues itself and the next run resumes at that batch, ending with the weights (and
+    optimizer and RNG state) of a run that was never interrupted."""
+    common = ["--tiny", "--data-dir", mnist_data_dir]
+    reference = tmp_path / "reference"
+    proc = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "kerashvdrun"), "-np", "2",
+         sys.executable, os.path.join(REPO, "recipes", "mnist.py"), *common,
+         "--checkpoint-dir", reference], capture_output=True, text=True, timeout=600,
+        cwd=REPO, env=dict(os.environ, **RANK_ENV, TF_NUM_INTRAOP_THREADS="1"))  # as the job
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+
+    ckpt = tmp_path / "ckpt"
+    job = slurm_cluster.sbatch(
+        os.path.join(REPO, "recipes", "slurm", "cpu.sbatch"), "recipes/mnist.py", *common,
+        "--checkpoint-dir", ckpt, "--save-every", "1", "--keep", "3", chdir=REPO, env=RANK_ENV,
+        options=[f"--output={tmp_path}/%x-%j.out", *SMALL["cpu.sbatch"]])
+    deadline = time.monotonic() + 300
+    while not (ckpt / "model-001-step000002.keras").exists():  # training is under way
+        assert time.monotonic() < deadline, slurm_cluster.log(job)[-5000:]
+        time.sleep(0.05)
+    slurm_cluster.run(["scancel", "--signal=USR1", str(job)], timeout=30)
+    state = slurm_cluster.wait(job, timeout=600)
+    log = slurm_cluster.log(job)
+    assert state == "COMPLETED", log[-5000:]
+    stopped = re.search(r"SIGUSR1 received: every rank stopped after batch (\d+) of epoch 1", log)
+    assert stopped, log[-5000:]
+    assert "stopped with a checkpoint; requeueing (run 1 of at most 20)" in log, log[-5000:]
+    assert re.search(rf"Resuming from \S*model-001-step{int(stopped.group(1)):06d}\.keras at "
+                     rf"batch {int(stopped.group(1)) + 1} of epoch 1", log), log[-5000:]
+    assert re.search(r"ranks=2 epochs=2 final val_accuracy=", log), log[-5000:]
+    assert sorted(p.name for p in ckpt.glob("*.keras"))[-1] == "model-002.keras"
+
+    expected, actual = (_archive_arrays(d / "model-002.keras") for d in (reference, ckpt))
+    assert sorted(actual) == sorted(expected)
+    for name, value in expected.items():
+        assert np.array_equal(actual[name], value), name
