@@ -115,7 +115,7 @@ def build_parser():
     where.add_argument(
         "-H", "--hosts", metavar="HOST:SLOTS[,HOST:SLOTS...]",
         help="hosts to run on and how many processes each may run (':SLOTS' defaults to 1), "
-             "e.g. node1:4,node2:4, filled in order (ranks 0-3 on node1). Other hosts than "
+             "e.g. node1:4,node2:4, filled in order (ranks 0-3 on node1). Hosts other than "
              "this one are reached over ssh. Default: this machine, or the SLURM allocation "
              "(through srun)")
     where.add_argument(

@@ -217,14 +217,14 @@ def check_hosts(names, settings, mpiexec, python=None):
     cannot, with the fix. Hosts are checked in parallel; each takes at most the connect
     timeout plus :data:`CHECK_MARGIN` seconds.
 
-    Returns:
-        ``{host: the MPICH segments in its /dev/shm}``.
-
     Args:
         names: remote host names.
         settings: :class:`SshSettings`.
         mpiexec: the path of the mpiexec the job uses (its proxy must be on every host).
         python: the interpreter of the ranks' supervisors (default: this one).
+
+    Returns:
+        ``{host: the MPICH segments in its /dev/shm}``.
     """
     if not names:
         return {}
