@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
+from multinode_cluster import retry_start
 from test_multinode import expected_topology, topology
 from test_slurm import RANK_ENV, WORLD, reports
 
@@ -68,15 +69,22 @@ def test_hosts_flag_starts_ranks_on_both_nodes(ssh_nodes):
     """-H node1:2,node2:2: topology and an allreduce across the nodes; every rank's output,
     with its prefix, comes back."""
     n1, n2 = ssh_nodes.nodes
-    proc, _ = run_on_first(ssh_nodes, "-np", "4", "-H", f"{n1}:2,{n2}:2", "--prefix-output",
-                           sys.executable, WORLD, "--allreduce")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    ranks = reports(proc.stdout)
+
+    def launch():
+        proc, _ = run_on_first(ssh_nodes, "-np", "4", "-H", f"{n1}:2,{n2}:2",
+                               "--prefix-output", sys.executable, WORLD, "--allreduce")
+        return proc.returncode == 0, proc.stdout + proc.stderr
+
+    # The guard of the SLURM multi-node tests against UCX's start-up on namespace nodes
+    # (multinode_cluster.START_FLAKE); not seen with hydra's ssh launcher in ~15 starts.
+    ok, output = retry_start(launch, "kerashvdrun -H")
+    assert ok, output
+    ranks = reports(output)
     check_world(ranks, [n1, n1, n2, n2])
     assert {(r["local_size"], r["cross_size"]) for r in ranks} == {(2, 2)}
     assert {r["sum"] for r in ranks} == {float(np.sum(np.arange(1, 5)))}
     for r in ranks:
-        assert re.search(rf"^\[{r['rank']}\] \{{", proc.stdout, re.M), proc.stdout
+        assert re.search(rf"^\[{r['rank']}\] \{{", output, re.M), output
     assert_nothing_left(ssh_nodes)
 
 
