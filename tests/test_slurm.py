@@ -304,6 +304,22 @@ def test_srun_command_takes_the_job_shape_and_the_users_options():
     assert head({}, env={"A": "1", "B": "x y"})[1] == ["env", "A=1", "B=x y", "python", "t.py"]
 
 
+def wait_through_requeue(cluster, job, timeout=600):
+    """``cluster.wait(job)``, but a requeued job starts again at once: SLURM holds a requeued
+    job for about two minutes (``Reason=BeginTime``) and then waits for its next scheduling
+    pass, about three minutes in all, which a test need not sit through."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        fields = cluster.job(job)
+        if fields.get("JobState") == "PENDING" and fields.get("Reason") == "BeginTime":
+            cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], timeout=30)
+        if fields.get("JobState") not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING",
+                                           "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", None):
+            break
+        time.sleep(0.25)
+    return cluster.wait(job, timeout=max(1, deadline - time.monotonic()))
+
+
 def _archive_arrays(path):
     """Every array of a ``.keras`` checkpoint (weights, optimizer state, RNG state) by name."""
     import io
@@ -347,7 +363,7 @@ def test_template_stops_on_the_walltime_signal_requeues_and_resumes_exactly(
         assert time.monotonic() < deadline, slurm_cluster.log(job)[-5000:]
         time.sleep(0.05)
     slurm_cluster.run(["scancel", "--signal=USR1", str(job)], timeout=30)
-    state = slurm_cluster.wait(job, timeout=600)
+    state = wait_through_requeue(slurm_cluster, job)
     log = slurm_cluster.log(job)
     assert state == "COMPLETED", log[-5000:]
     stopped = re.search(r"SIGUSR1 received: every rank stopped after batch (\d+) of epoch 1", log)
@@ -362,3 +378,20 @@ def test_template_stops_on_the_walltime_signal_requeues_and_resumes_exactly(
     assert sorted(actual) == sorted(expected)
     for name, value in expected.items():
         assert np.array_equal(actual[name], value), name
+
+
+@pytest.mark.slow
+def test_template_signals_every_rank_before_the_time_limit_and_requeues(slurm_cluster, tmp_path):
+    """The templates' ``--signal=USR1@120`` reaches every rank (not only the batch shell), and
+    their exit code 75 requeues the job: checked with a 1-minute limit and a 50 s warning."""
+    job = slurm_cluster.sbatch(
+        os.path.join(REPO, "recipes", "slurm", "cpu.sbatch"), "python",
+        os.path.join(REPO, "tests", "slurm_scripts", "walltime_signal.py"), "58", chdir=REPO,
+        env=RANK_ENV, options=[f"--output={tmp_path}/%x-%j.out", *SMALL["cpu.sbatch"],
+                               "--time=1", "--signal=USR1@50"])
+    state = wait_through_requeue(slurm_cluster, job, timeout=300)
+    log = slurm_cluster.log(job)
+    assert state == "COMPLETED", log[-5000:]
+    assert len(re.findall(r"(?m)^rank \d: SIGUSR1 \d+ s after the start", log)) == 2, log[-5000:]
+    assert "requeueing (run 1 of at most 20)" in log, log[-5000:]
+    assert len(re.findall(r"(?m)^rank \d: requeued run 1$", log)) == 2, log[-5000:]
