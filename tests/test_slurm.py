@@ -395,3 +395,35 @@ def test_template_signals_every_rank_before_the_time_limit_and_requeues(slurm_cl
     assert len(re.findall(r"(?m)^rank \d: SIGUSR1 \d+ s after the start", log)) == 2, log[-5000:]
     assert "requeueing (run 1 of at most 20)" in log, log[-5000:]
     assert len(re.findall(r"(?m)^rank \d: requeued run 1$", log)) == 2, log[-5000:]
+
+
+@pytest.mark.slow
+def test_scancel_stops_every_rank_at_one_batch_with_a_checkpoint(slurm_cluster, tmp_path,
+                                                                 mnist_data_dir):
+    """``scancel`` (SIGTERM to every process of the job, as preemption sends): the ranks stop
+    after the same batch within the grace time, rank 0's checkpoint of that batch is complete,
+    and submitting the job again resumes there."""
+    ckpt = tmp_path / "ckpt"
+    args = ["recipes/mnist.py", "--tiny", "--data-dir", mnist_data_dir, "--checkpoint-dir", ckpt,
+            "--save-every", "1"]
+    options = [f"--output={tmp_path}/%x-%j.out", *SMALL["cpu.sbatch"]]
+    template = os.path.join(REPO, "recipes", "slurm", "cpu.sbatch")
+    job = slurm_cluster.sbatch(template, *args, chdir=REPO, env=RANK_ENV, options=options)
+    deadline = time.monotonic() + 300
+    while not (ckpt / "model-001-step000002.keras").exists():
+        assert time.monotonic() < deadline, slurm_cluster.log(job)[-5000:]
+        time.sleep(0.05)
+    slurm_cluster.run(["scancel", str(job)], timeout=30)
+    assert slurm_cluster.wait(job, timeout=120) == "CANCELLED"
+    log = slurm_cluster.log(job)
+    stopped = re.search(r"SIGTERM received: every rank stopped after batch (\d+) of epoch 1", log)
+    assert stopped, log[-5000:]
+    record = json.loads((ckpt / "kerashvd_checkpoint.json").read_text())
+    assert (record["epoch"], record["step"]) == (0, int(stopped.group(1))), record
+
+    again = slurm_cluster.sbatch(template, *args, "--require-checkpoint", chdir=REPO,
+                                 env=RANK_ENV, options=options)
+    assert slurm_cluster.wait(again, timeout=600) == "COMPLETED"
+    log = slurm_cluster.log(again)
+    assert f"at batch {int(stopped.group(1)) + 1} of epoch 1" in log, log[-5000:]
+    assert re.search(r"ranks=2 epochs=2 final val_accuracy=", log), log[-5000:]
