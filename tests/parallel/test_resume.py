@@ -54,13 +54,14 @@ class _SignalAt(keras.callbacks.Callback):
             os.kill(os.getpid(), self.signum)
 
 
-def _run(hvd, style, directory, extra=(), position=(0, 0), **checkpoint_kwargs):
+def _run(hvd, style, directory, extra=(), position=(0, 0), check_every=1, **checkpoint_kwargs):
     model = _model(hvd, style)
     checkpoint = hvd.callbacks.ModelCheckpoint(os.path.join(directory, "model-{epoch:02d}.keras"),
                                                **checkpoint_kwargs)
     callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0),
                  hvd.callbacks.LearningRateWarmupCallback(0.01, warmup_epochs=2, verbose=0),
-                 checkpoint, hvd.callbacks.PreemptionCallback(checkpoint), *extra]
+                 checkpoint, hvd.callbacks.PreemptionCallback(checkpoint, check_every=check_every),
+                 *extra]
     if position != (0, 0):
         found = hvd.callbacks.latest_checkpoint(directory, required=True)
         assert (found.epoch, found.step) == position
@@ -81,21 +82,30 @@ def shared_dir(hvd, tmp_path):
 
 
 @pytest.mark.skipif(USES_TF_KERAS, reason="fit_resumable's recipe path is tested with Keras 3")
-@pytest.mark.parametrize("style,epoch,batch", [("input", 1, 2), ("deferred", 0, 4), ("subclassed", 2, 0)])
-def test_a_run_stopped_by_a_signal_resumes_exactly(hvd, shared_dir, style, epoch, batch):
+@pytest.mark.parametrize("style,epoch,batch,check_every", [
+    ("input", 1, 2, 1), ("deferred", 0, 4, 1), ("subclassed", 2, 0, 1), ("input", 0, 1, None)])
+def test_a_run_stopped_by_a_signal_resumes_exactly(hvd, shared_dir, style, epoch, batch,
+                                                   check_every):
     expected = _weights(_run(hvd, style, os.path.join(shared_dir, "whole")))
 
-    # The signal reaches the last rank only; every rank must stop after the same batch.
+    # The signal reaches the last rank only; every rank must stop after the same batch: the
+    # one it came before with check_every=1, a later one (as rank 0 paces the checks) or the
+    # same with the default.
     directory = os.path.join(shared_dir, "cut")
     signaller = [_SignalAt(epoch, batch, signal.SIGUSR1)] if hvd.rank() == hvd.size() - 1 else []
     with pytest.raises(hvd.callbacks.Preempted) as stopped:
-        _run(hvd, style, directory, extra=signaller)
+        _run(hvd, style, directory, extra=signaller, check_every=check_every)
+    where = (stopped.value.epoch, stopped.value.step)
     assert stopped.value.code == hvd.callbacks.PREEMPTED_EXIT_CODE
-    assert (stopped.value.epoch, stopped.value.step, stopped.value.signal_name) == (
-        epoch, batch + 1, "SIGUSR1")
+    assert stopped.value.signal_name == "SIGUSR1"
+    assert hvd.allgather_object(where) == [where] * hvd.size()
+    if check_every == 1:
+        assert where == (epoch, batch + 1)
+    else:
+        assert (epoch, batch + 1) <= where <= (EPOCHS - 1, STEPS)
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # handlers given back
 
-    resumed = _run(hvd, style, directory, position=(epoch, batch + 1))
+    resumed = _run(hvd, style, directory, position=where)
     for a, b in zip(_weights(resumed), expected):
         np.testing.assert_array_equal(a, b)
 
