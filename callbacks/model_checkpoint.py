@@ -147,7 +147,7 @@ class ModelCheckpoint(Callback):
         if self.save_freq == "epoch":
             return
         step = batch + 1 + batch_offset(self.model)
-        steps = (self.params or {}).get("steps")
+        steps = (getattr(self, "params", None) or {}).get("steps")
         if step % self.save_freq == 0 and not (steps and batch + 1 >= steps):
             self.save_position(self._epoch, step, logs)  # the last batch: on_epoch_end saves
 
@@ -183,7 +183,7 @@ class ModelCheckpoint(Callback):
             if not self._improves(current):
                 return
             self.best = current
-        steps = (self.params or {}).get("steps") or 0
+        steps = (getattr(self, "params", None) or {}).get("steps") or 0
         path = self.filepath.format(**{**logs, "epoch": epoch + 1,
                                        "batch": steps + batch_offset(self.model)})
         self._write(path, epoch + 1, 0)

@@ -23,6 +23,8 @@ import numpy as np
 
 import kerashvd as hvd
 
+from kerashvd.keras_compat import build_optimizer
+
 from .random_state import load_random_state
 
 __all__ = ["batch_offset", "fit_resumable", "restore"]
@@ -180,8 +182,8 @@ def restore(model, checkpoint, input_shape=None, root_rank=0):
     if hvd.rank() == root_rank:
         try:
             optimizer = getattr(model, "optimizer", None)
-            if optimizer is not None and not optimizer.built:
-                optimizer.build(model.trainable_variables)
+            if optimizer is not None:
+                build_optimizer(optimizer, model.trainable_variables)
             model.load_weights(checkpoint.path)
             load_random_state(model, checkpoint.path)
             loaded = None if optimizer is None else int(optimizer.iterations)
