@@ -127,6 +127,7 @@ _LAZY = {
     "HostsUpdatedInterrupt": ".exceptions",
     "data": ".data",
     "callbacks": ".callbacks",
+    "elastic": ".elastic",
 }
 
 __all__ = sorted([

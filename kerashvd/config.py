@@ -12,8 +12,10 @@ import os
 from . import _core, gpu_pinning, tf_threads
 
 # Variables kerashvd reads or sets itself besides the engine settings; KERASHVD_RESTART_COUNT
-# is the attempt number kerashvdrun gives every rank (launcher/restarts.py), for the script.
-_OTHER_VARIABLES = {tf_threads.VARIABLE, gpu_pinning.VARIABLE, "KERASHVD_RESTART_COUNT"}
+# is the attempt number kerashvdrun gives every rank (launcher/restarts.py), for the script;
+# KERASHVD_ELASTIC, where the ranks of an elastic job reach kerashvdrun (elastic/launcher_link.py).
+_OTHER_VARIABLES = {tf_threads.VARIABLE, gpu_pinning.VARIABLE, "KERASHVD_RESTART_COUNT",
+                    "KERASHVD_ELASTIC"}
 # String settings: variable -> init() keyword.
 _PATH_SETTINGS = {"KERASHVD_TIMELINE": "timeline"}
 

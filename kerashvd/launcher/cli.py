@@ -19,9 +19,13 @@ import shutil
 import sys
 
 from . import command as _command
+from .discovery import DiscoveryError, FixedHosts, ScriptDiscovery, SlurmAllocation
+from .elastic_driver import DEFAULT_TIMEOUT, ElasticDriver, ElasticSettings, World
 from .engine_flags import add_engine_flags, engine_environment
 from .errors import LaunchError
-from .hosts import check_slots, is_local, parse_hostfile, parse_hosts
+from .handover import VARIABLE as ELASTIC_VARIABLE, CommitStore, WorldChannel
+from .host_pool import HostPool
+from .hosts import Host, check_slots, is_local, parse_hostfile, parse_hosts
 from .job import JobOutcome, run_job
 from .mpiexec import find_mpiexec
 from .reports import ReportServer
@@ -46,6 +50,10 @@ named with the fix before anything starts.
 Inside a SLURM allocation (SLURM_JOB_ID set, no -H or --hostfile) the ranks are SLURM tasks
 started with `srun --mpi=pmi2` (plus --overlap inside an srun step), so each gets its own
 --cpus-per-task CPUs and GPUs; -np defaults to SLURM_NTASKS.
+With --min-np, --max-np or --host-discovery-script (elastic mode, for scripts that train under
+hvd.elastic.run), a job whose ranks or hosts are lost goes on with fewer ranks, and grows
+when hosts come: each change of size starts a new world of processes that takes over the
+last commit of the one before (see "Elastic training" in the README).
 """
 
 _EPILOG = """\
@@ -56,6 +64,7 @@ examples:
   kerashvdrun -np 4 --fusion-threshold-mb 32 --cycle-time-ms 2 -x OMP_NUM_THREADS=1 \
       python train.py
   kerashvdrun -np 4 --max-restarts 3 python train.py --checkpoint-dir ckpt   (resumes on a restart)
+  kerashvdrun -np 8 --min-np 4 --max-np 16 --host-discovery-script ./hosts.sh python train.py
   kerashvdrun python train.py        (in an sbatch script: srun --mpi=pmi2 -n $SLURM_NTASKS)
 """
 
@@ -168,6 +177,34 @@ def build_parser():
         help="seconds to wait after a failed attempt's ranks have all ended before starting "
              f"the next (default {DEFAULT_DELAY:g}: time for GPU memory, ports and files the "
              "dead ranks held to be released)")
+    elastic = parser.add_argument_group(
+        "elastic mode (Horovod's; the script trains under hvd.elastic.run): on by any of "
+        "--min-np, --max-np, --host-discovery-script")
+    elastic.add_argument(
+        "--min-np", type=_positive_int, metavar="N",
+        help="the fewest ranks the job goes on with after ranks or hosts are lost; fewer "
+             "for --elastic-timeout seconds end the job. Default: -np")
+    elastic.add_argument(
+        "--max-np", type=_positive_int, metavar="N",
+        help="the most ranks the job grows to when hosts come. Default: every slot of the "
+             "hosts found")
+    elastic.add_argument(
+        "--host-discovery-script", metavar="PATH",
+        help="an executable printing the hosts that may run ranks now, one a line "
+             "('node1:4', 'node1 slots=4' or 'node1'); run about once a second. Without it "
+             "the hosts are -H/--hostfile, the SLURM allocation's nodes, or this machine")
+    elastic.add_argument(
+        "--slots-per-host", type=_positive_int, metavar="N",
+        help="slots of a host the discovery script prints without a count (default 1), and "
+             "of each node of a SLURM allocation (default: its tasks)")
+    elastic.add_argument(
+        "--elastic-timeout", type=_positive_seconds, metavar="SECONDS",
+        help="how long to wait for enough slots (-np at the start, --min-np after a reset) "
+             f"before giving up (default {DEFAULT_TIMEOUT:g})")
+    elastic.add_argument(
+        "--reset-limit", type=_non_negative_int, metavar="N",
+        help="the most resets (new worlds after the first) before the job gives up. "
+             "Default: no limit")
     add_engine_flags(parser.add_argument_group(
         "engine settings (become KERASHVD_* variables in every rank, read by kerashvd.init())"))
     parser.add_argument(
@@ -199,14 +236,16 @@ def _plan(parser, args):
         parser.error("no command given: say what every rank runs, e.g. "
                      "kerashvdrun -np 2 python train.py")
     args.command = command
-    slurm = bool(os.environ.get("SLURM_JOB_ID")) and not args.hosts and not args.hostfile
-    np = args.np
+    slurm = bool(os.environ.get("SLURM_JOB_ID")) and not args.hosts and not args.hostfile \
+        and not args.host_discovery_script
+    np = args.np if args.np is not None else args.min_np
     if np is None and slurm:
         ntasks = os.environ.get("SLURM_NTASKS") or os.environ.get("SLURM_NPROCS")
         if ntasks and ntasks.isdigit() and int(ntasks) >= 1:
             np = int(ntasks)
     if np is None:
-        parser.error("-np is required: give the number of processes, e.g. -np 2")
+        parser.error("-np is required: give the number of processes, e.g. -np 2"
+                     + (" (or --min-np in elastic mode)" if _is_elastic(args) else ""))
     hosts = None
     try:
         if args.hosts is not None:
@@ -228,6 +267,50 @@ def _plan(parser, args):
     except ValueError as err:  # e.g. "No closing quotation"
         parser.error(f"--mpi-args {args.mpi_args!r}: {err}")
     return np, hosts, slurm
+
+
+def _is_elastic(args):
+    return args.min_np is not None or args.max_np is not None or \
+        args.host_discovery_script is not None
+
+
+def _elastic_settings(parser, args, np, hosts, slurm):
+    """The :class:`ElasticSettings` of an elastic run, checked; None without elastic flags."""
+    if not _is_elastic(args):
+        given = [flag for flag, value in (("--slots-per-host", args.slots_per_host),
+                                          ("--elastic-timeout", args.elastic_timeout),
+                                          ("--reset-limit", args.reset_limit)) if value is not None]
+        if given:
+            parser.error(f"{', '.join(given)} only apply in elastic mode: add --min-np, "
+                         "--max-np or --host-discovery-script")
+        return None
+    min_np = args.min_np if args.min_np is not None else np
+    if args.max_restarts:
+        parser.error("--max-restarts does not combine with the elastic mode, which restarts "
+                     "by itself: use --reset-limit to cap its resets")
+    if min_np > np or (args.max_np is not None and np > args.max_np):
+        parser.error(f"the elastic mode needs --min-np <= -np <= --max-np; received "
+                     f"--min-np {min_np}, -np {np}, --max-np {args.max_np}")
+    script = args.host_discovery_script
+    if script is not None:
+        if hosts is not None:
+            parser.error("give the hosts with --host-discovery-script or with -H/--hostfile, "
+                         "not both")
+        if not (os.path.isfile(script) and os.access(script, os.X_OK)):
+            parser.error(f"--host-discovery-script {script!r} is not an executable file "
+                         "(chmod +x it, or check the path)")
+        discovery = ScriptDiscovery(script, args.slots_per_host or 1)
+    elif hosts is not None:
+        discovery = FixedHosts(hosts, "-H" if args.hosts is not None else "--hostfile")
+    elif slurm:
+        try:
+            discovery = SlurmAllocation(args.slots_per_host)
+        except DiscoveryError as err:
+            parser.error(str(err))
+    else:
+        discovery = FixedHosts([Host("localhost", args.max_np or np)], "this machine")
+    return ElasticSettings(discovery, np, min_np, args.max_np,
+                           args.elastic_timeout or DEFAULT_TIMEOUT, args.reset_limit)
 
 
 def main(argv=None):
@@ -253,6 +336,7 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     np, hosts, slurm = _plan(parser, args)
+    elastic = _elastic_settings(parser, args, np, hosts, slurm)
     env = engine_environment(args)
     env.update(_variables(parser, args.variables))
     try:
@@ -272,30 +356,61 @@ def main(argv=None):
     def log(message):
         print(f"kerashvdrun: {message}", file=sys.stderr, flush=True)
 
-    def run_attempt(remote, restart_count, signals):
+    def run_attempt(remote, restart_count, signals, world=None):
         events = queue.Queue()
         rank_env = dict(env, **{RESTART_VARIABLE: str(restart_count)})
+        job_np, job_hosts, job_args, job_options = np, hosts, args.mpi_args, {}
+        if world is not None:  # elastic mode: see elastic_driver.py
+            job_np, job_hosts = world.np, world.plan
+            job_options = dict(failure_grace=world.failure_grace, is_failure=world.is_failure,
+                               on_tick=world.on_tick)
+            if slurm:
+                job_args = ["--kill-on-bad-exit=0", f"--nodelist={','.join(world.ranks)}",
+                            "--distribution=arbitrary", *args.mpi_args]
+            else:
+                job_args = ["-disable-auto-cleanup", *args.mpi_args]
+                if all(is_local(h.name) for h in job_hosts):
+                    job_hosts = None  # forked on this machine, as without -H
         with ReportServer(events, local=not slurm and remote is None,  # a new token each time
                           address=remote.address if remote else None,
-                          name_hosts=several_hosts) as server:
+                          name_hosts=several_hosts or remote is not None,
+                          handlers=world.channel.handlers if world else None) as server:
+            if world is not None:
+                rank_env[ELASTIC_VARIABLE] = f"{server.address} {server.token}"
             supervision = dict(report_address=server.address, token=server.token,
                                prefix_output=args.prefix_output)
             if slurm:
-                argv = _command.srun_command(launcher, np, args.command, env=rank_env,
-                                             srun_args=args.mpi_args, **supervision)
+                argv = _command.srun_command(launcher, job_np, args.command, env=rank_env,
+                                             srun_args=job_args, **supervision)
             else:
                 argv = _command.mpiexec_command(
-                    launcher, np, args.command, env=rank_env, hosts=hosts,
-                    mpi_args=args.mpi_args,
+                    launcher, job_np, args.command, env=rank_env, hosts=job_hosts,
+                    mpi_args=job_args,
                     launcher_args=remote.mpiexec_args if remote else (), **supervision)
             if args.verbose or args.dry_run:
                 print(f"kerashvdrun: {shlex.join(argv)}", file=sys.stderr, flush=True)
             if args.dry_run:
                 return JobOutcome(returncode=0)
-            outcome = run_job(argv, events, log=log, signals=signals)
+            outcome = run_job(argv, events, log=log, signals=signals, **job_options)
         if remote is not None:
             remote.remove_dead_segments(log)
         return outcome
+
+    def run_world(world, signals):
+        with ssh_launch(None if slurm else world.plan, args.ssh, launcher) as remote:
+            return run_attempt(remote, world.number, signals, world)
+
+    if elastic is not None:
+        try:
+            if args.dry_run:
+                return _elastic_dry_run(elastic, run_attempt)
+            return ElasticDriver(elastic, run_world, log).run()
+        except LaunchError as err:
+            print(f"kerashvdrun: error: {err}", file=sys.stderr, flush=True)
+            return 2
+        except OSError as err:
+            print(f"kerashvdrun: error: could not start {launcher}: {err}", file=sys.stderr)
+            return 2
 
     try:
         with ssh_launch(None if slurm else hosts, args.ssh, launcher,
@@ -313,6 +428,22 @@ def main(argv=None):
         print(f"kerashvdrun: error: could not start {launcher}: {err}", file=sys.stderr)
         return 2
     return outcome.exit_code
+
+
+def _elastic_dry_run(settings, run_attempt):
+    """Prints the command of the first elastic world, on the hosts found now."""
+    pool = HostPool()
+    try:
+        pool.update(settings.discovery.find())
+    except DiscoveryError as err:
+        raise LaunchError(str(err)) from None
+    plan = pool.plan(settings.max_np)
+    if sum(h.slots for h in plan) < settings.np:
+        raise LaunchError(f"{settings.discovery.describe()} gives {sum(h.slots for h in plan)} "
+                          f"slot(s), fewer than the {settings.np} the first world needs")
+    with CommitStore() as store:
+        world = World(0, plan, WorldChannel(store), settings.handover_grace, None, None)
+        return run_attempt(None, 0, None, world).exit_code
 
 
 if __name__ == "__main__":

@@ -61,12 +61,33 @@ def parse_hostfile(path):
     Example: a file holding the lines ``node1 slots=4`` and ``node2:2`` gives
     ``[Host(name='node1', slots=4), Host(name='node2', slots=2)]``.
     """
-    example = "Expected one host per line, as 'node1 slots=4', 'node1:4' or 'node1'"
     try:
         with open(path) as f:
             lines = f.read().splitlines()
     except OSError as err:
         raise ValueError(f"Cannot read the host file {path!r}: {err.strerror}.") from None
+    hosts = parse_host_lines(lines, path)
+    if not hosts:
+        raise ValueError(f"The host file {path!r} lists no host. {_LINES_EXAMPLE}.")
+    return hosts
+
+
+_LINES_EXAMPLE = "Expected one host per line, as 'node1 slots=4', 'node1:4' or 'node1'"
+
+
+def parse_host_lines(lines, source, default_slots=1):
+    """Parses host lines as in a host file (see :func:`parse_hostfile`); ``source`` names
+    where they came from in messages (``source:LINE``), and a host given without a slot count
+    gets ``default_slots``. An empty list (or only comments) gives ``[]``.
+
+    Raises:
+        ValueError: for a bad line or a host named twice.
+
+    Example:
+
+    >>> parse_host_lines(["node1 slots=4", "node2"], "discovery", default_slots=2)
+    [Host(name='node1', slots=4), Host(name='node2', slots=2)]
+    """
     entries = []
     for number, line in enumerate(lines, 1):
         line = line.split("#", 1)[0].strip()
@@ -76,11 +97,11 @@ def parse_hostfile(path):
         if len(parts) == 2 and parts[1].startswith("slots="):
             line = f"{parts[0]}:{parts[1][len('slots='):]}"
         elif len(parts) != 1:
-            raise ValueError(f"{example}; received {line!r} at {path}:{number}.")
-        entries.append((line, f"{path}:{number}"))
-    if not entries:
-        raise ValueError(f"The host file {path!r} lists no host. {example}.")
-    return _checked(entries, example)
+            raise ValueError(f"{_LINES_EXAMPLE}; received {line!r} at {source}:{number}.")
+        elif ":" not in line:
+            line = f"{line}:{default_slots}"
+        entries.append((line, f"{source}:{number}"))
+    return _checked(entries, _LINES_EXAMPLE)
 
 
 def _checked(entries, example):

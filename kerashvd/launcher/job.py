@@ -187,7 +187,8 @@ def _environment():
     return {k: v for k, v in os.environ.items() if not k.startswith("PMI_")}
 
 
-def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signals=None):
+def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signals=None,
+            failure_grace=_FAILURE_GRACE, is_failure=None, on_tick=None):
     """Runs ``argv`` (an mpiexec command) until it ends; stops it on a failure or a signal.
 
     Args:
@@ -200,6 +201,13 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signa
         log: called with the launcher's own messages (a failure, a signal); ``None``: silent.
         signals: an installed :class:`SignalCatcher` to read instead of installing one; a
             signal it received before the job started stops the job at once.
+        failure_grace: seconds the other ranks get to end by themselves after a failure
+            before they are signalled.
+        is_failure: called with every :class:`~kerashvd.launcher.reports.FailureReport`;
+            a report for which it returns False is not a failure (kerashvdrun's elastic mode:
+            a rank that ended for a reset). Default: every report is one.
+        on_tick: called every 0.1 s at most while the job runs; a message it returns is
+            logged and stops the job (as a failure would, without a grace time).
 
     Returns:
         A :class:`JobOutcome`.
@@ -228,10 +236,12 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signa
             if on_line is not None:
                 on_line(str(event))
         elif isinstance(event, FailureReport):
+            if is_failure is not None and not is_failure(event):
+                return
             if outcome.failure is None and outcome.interrupted is None:
                 outcome.failure = event
                 log(f"{event.describe()}; stopping the other ranks.")
-                stopper.start(grace=_FAILURE_GRACE)
+                stopper.start(grace=failure_grace)
         elif event is _EOF:
             state["eof"] = True
 
@@ -242,6 +252,10 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signa
                 outcome.interrupted = signals.received
                 log(f"received {signal.Signals(signals.received).name}; stopping all ranks "
                     "(send it again to force).")
+                stopper.start()
+            reason = on_tick() if on_tick is not None and not stopper.started else None
+            if reason:
+                log(reason)
                 stopper.start()
             stopper.poll(force=signals.force)
             try:

@@ -18,6 +18,8 @@ name:
   outcome; the server keeps it in :attr:`ReportServer.results` and answers ``ok``, after which
   the worker exits. Going through the connection rather than a file lets ranks on other hosts
   return results without a shared file system.
+- ``TOKEN RANK VERB ...`` for a verb given in ``handlers`` (kerashvdrun's elastic mode:
+  ``launcher/handover.py``): the connection is handed to that handler, in a thread of its own.
 """
 
 import dataclasses
@@ -61,6 +63,9 @@ class ReportServer:
         name_hosts: put the reporting rank's host in each :class:`FailureReport` (for jobs
             on several hosts).
         payload: bytes to send to each ``payload`` request (kerashvd.run), or ``None``.
+        handlers: ``{verb: handler}`` for more verbs: ``handler(conn, rank, fields, rest)`` is
+            called in a new thread with the connection, the rank, the words after the verb
+            and the bytes read past the first line; it owns (and closes) the connection.
 
     Attributes:
         address: ``"host:port"`` for the ranks.
@@ -76,8 +81,10 @@ class ReportServer:
     True
     """
 
-    def __init__(self, events, local=True, address=None, name_hosts=False, payload=None):
+    def __init__(self, events, local=True, address=None, name_hosts=False, payload=None,
+                 handlers=None):
         self._events = events
+        self._handlers = dict(handlers or {})
         self.token = secrets.token_hex(16)
         self._name_hosts = name_hosts
         self._payload = payload
@@ -130,6 +137,11 @@ class ReportServer:
             if verb in ("payload", "result"):
                 threading.Thread(target=self._transfer, args=(conn, rank, verb, extra, rest),
                                  name="kerashvd-transfer", daemon=True).start()
+                return True
+            if verb in self._handlers:
+                conn.settimeout(None)
+                threading.Thread(target=self._handlers[verb], args=(conn, rank, extra, rest),
+                                 name=f"kerashvd-{verb}", daemon=True).start()
                 return True
             host = extra[0] if extra and self._name_hosts else None
             self._events.put(FailureReport(rank, int(verb), host))

@@ -237,11 +237,13 @@ def check_hosts(names, settings, mpiexec, python=None):
     if failed:
         lines = "\n".join(f"  {host}: {problem}{'' if problem.endswith(('.', '?')) else '.'}"
                           for host, problem in failed)
-        raise LaunchError(
+        error = LaunchError(
             f"cannot start ranks on {len(failed)} of the {len(names)} remote host(s) over "
             f"ssh:\n{lines}\nRanks on other hosts are started with ssh, which must work "
             f"without a password or prompt: `{shlex.join(argv)} HOST true` must succeed from "
             "this machine.")
+        error.hosts = [host for host, _ in failed]  # the elastic mode leaves them out
+        raise error
     return {host: segments for host, (_, segments) in zip(names, checked)}
 
 

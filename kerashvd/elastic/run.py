@@ -1,0 +1,116 @@
+"""``hvd.elastic.run``: the decorator that carries training across worlds.
+
+Horovod re-forms its Gloo rings inside the same processes: on a failure the survivors roll
+back to their last commit, re-initialize and go on, and new workers join them. An MPI world
+cannot change size, so under ``kerashvdrun``'s elastic mode (``kerashvd/launcher/
+elastic_driver.py``) every world is a new set of processes, and the decorated function runs
+once per process:
+
+1. (first call in the process) rank 0 starts watching for host changes; in every world but
+   the first, rank 0 takes the commit the last world handed to the launcher and restores it,
+   and every rank runs the state's reset callbacks (the world size changed);
+2. ``state.sync()``: every rank takes rank 0's state; rank 0 tells the launcher which
+   commit the world trains from;
+3. the function runs. If it returns, the rank tells the launcher it is done and returns its
+   value. If it raises ``HostsUpdatedInterrupt`` (a commit saw a host change: every rank
+   raises it at the same commit), the rank saves its state as it is; if a collective failed
+   because a peer died or aborted (``tf.errors.AbortedError``, or ``HorovodInternalError``
+   raised by your code), the rank keeps its last commit. Either way it hands that commit to
+   the launcher and ends with exit code 76; the launcher starts the next world.
+
+Outside the elastic mode (plain ``mpiexec``, ``kerashvdrun`` without the elastic flags),
+steps 1 and 3's hand-over are skipped: the function runs after a ``sync()``, and an error
+ends the job as any error does (``--max-restarts`` restarts it from your checkpoint).
+"""
+
+import functools
+import sys
+
+import tensorflow as tf
+
+import kerashvd as hvd
+from kerashvd.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+from kerashvd.launcher.handover import RESET_EXIT_CODE
+
+from . import launcher_link
+
+
+def run(func):
+    """Runs ``func(state, *args, **kwargs)`` so that training goes on across worlds.
+
+    The first argument must be the :class:`~kerashvd.elastic.State` the function trains.
+    Call it after ``hvd.init()``, on every rank, and do not run collectives between
+    ``hvd.init()`` and the call that depend on the world's size being the same as before:
+    the state is synchronized when the function starts.
+
+    Args:
+        func: the training function.
+
+    Returns:
+        The decorated function; it returns what ``func`` returns.
+
+    Raises:
+        SystemExit: with code 76 under ``kerashvdrun``'s elastic mode, once this rank has
+            handed its commit over for the next world (the launcher expects that exit).
+
+    Example (Horovod's elastic Keras example, import changed)::
+
+        @hvd.elastic.run
+        def train(state):
+            state.model.fit(dataset, steps_per_epoch=500 // hvd.size(),
+                            epochs=24 - state.epoch, callbacks=callbacks, verbose=1)
+
+        train(state)
+    """
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        link = launcher_link.current()
+        if link is None:
+            state.sync()
+            state._synced = True
+            return func(state, *args, **kwargs)
+        _begin(state, link)
+        try:
+            result = func(state, *args, **kwargs)
+        except HostsUpdatedInterrupt:
+            state.save()  # the ranks agree on this point: take it as it is
+            _leave(state, link, "the hosts changed")
+        except (HorovodInternalError, tf.errors.AbortedError) as err:
+            _leave(state, link, f"a collective failed ({type(err).__name__})")
+        link.report(hvd.rank(), "done")
+        return result
+
+    return wrapper
+
+
+def _begin(state, link):
+    """Steps 1 and 2 of the module docstring."""
+    rank = hvd.rank()
+    first = not link.resumed
+    if first:
+        link.resumed = True
+        if rank == 0:
+            link.watch_hosts(rank)
+        if link.world > 0:
+            if rank == 0:
+                commit = link.fetch(rank)
+                if commit is not None:
+                    state._take_over(commit[1])
+            state.on_reset()
+    state.sync()
+    state._synced = True
+    if first and rank == 0:
+        link.report(rank, "synced", state._saved_commits)
+
+
+def _leave(state, link, why):
+    """Hands the last commit to the launcher and ends this rank for the next world."""
+    number, make_bytes = state._handover()
+    try:
+        link.hand_over(hvd.rank(), number, make_bytes)
+    except (OSError, launcher_link.LinkError) as err:
+        print(f"kerashvd: rank {hvd.rank()}: {why}, but its commit could not be handed to "
+              f"kerashvdrun: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    raise SystemExit(RESET_EXIT_CODE)

@@ -1,0 +1,306 @@
+"""kerashvdrun's elastic mode (``--min-np``, ``--max-np``, ``--host-discovery-script``): a
+job whose world shrinks when ranks or hosts are lost and grows when hosts come.
+
+An MPI world keeps its size for life, so the driver runs a sequence of *worlds*, each one
+``mpiexec`` (or ``srun``) job, and carries training from one to the next through the ranks'
+last commit (``handover.py`` explains that protocol). The loop, in the launcher's main thread:
+
+1. Wait until the usable hosts (discovery's list minus what failures took, ``host_pool.py``)
+   have enough slots: ``-np`` for the first world, ``--min-np`` for the later ones; at most
+   ``--elastic-timeout`` seconds, then give up naming the hosts and every world's end.
+2. Start world ``W`` on them (hosts in order, up to ``--max-np`` ranks), every rank with
+   ``KERASHVD_RESTART_COUNT=W`` and ``KERASHVD_ELASTIC`` (this world's report server).
+3. While it runs, a thread runs discovery about once a second. When it gives hosts for another
+   world of at least ``--min-np`` ranks, the world is told (rank 0 reads it at its next commit;
+   every rank then hands its commit over and ends). When a rank fails, the others see it
+   in their next collective (the engine names the dead rank within ~0.1 s, or after
+   ``KERASHVD_PEER_TIMEOUT`` for a frozen one) and hand over; they get ``handover_grace``
+   seconds to end before they are stopped.
+4. When every rank has ended: if they finished training, the job ends with 0. Otherwise the
+   failed ranks are charged to their hosts, the reset is counted (more than ``--reset-limit``
+   resets end the job) and the loop goes on at 1 with the next world.
+
+Ranks are started with hydra's ``-disable-auto-cleanup`` (srun: ``--kill-on-bad-exit=0``):
+without it hydra kills every rank ~0.1 s after one dies, before the survivors can hand their
+commit over. kerashvdrun itself stops whatever does not end.
+"""
+
+import dataclasses
+import threading
+import time
+
+from .discovery import DiscoveryError
+from .errors import LaunchError
+from .handover import RESET_EXIT_CODE, CommitStore, WorldChannel
+from .host_pool import HostPool, change_kind, describe, layout
+from .job import SignalCatcher
+
+DEFAULT_TIMEOUT = 600.0  # --elastic-timeout (Horovod's default)
+DISCOVERY_INTERVAL = 1.0  # seconds between two runs of discovery (Horovod's)
+HANDOVER_GRACE = 30.0  # seconds survivors get to hand over and end after a failure
+
+
+@dataclasses.dataclass
+class ElasticSettings:
+    """What the elastic driver needs from the command line.
+
+    Attributes:
+        discovery: a host source (``discovery.py``): ``find()`` and ``describe()``.
+        np: ranks the first world needs.
+        min_np: ranks every later world needs.
+        max_np: the most ranks a world may have (``None``: every usable slot).
+        timeout: seconds to wait for enough slots (``--elastic-timeout``).
+        reset_limit: the most resets (worlds after the first) allowed; ``None``: no limit.
+    """
+
+    discovery: object
+    np: int
+    min_np: int
+    max_np: int | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    reset_limit: int | None = None
+    interval: float = DISCOVERY_INTERVAL
+    handover_grace: float = HANDOVER_GRACE
+
+
+class World:
+    """One world: its number (0 first), hosts, channel and the reports of its ranks.
+
+    The launch function gives ``channel.handlers`` to the report server, ``is_failure``,
+    ``on_tick`` and ``failure_grace`` to :func:`~kerashvd.launcher.job.run_job`.
+    """
+
+    def __init__(self, number, plan, channel, failure_grace, previous_end, log):
+        self.number = number
+        self.plan = plan
+        self.ranks = layout(plan)
+        self.np = len(self.ranks)
+        self.channel = channel
+        self.failure_grace = failure_grace
+        self.reports = {}
+        self._previous_end = previous_end
+        self._log = log
+        self._synced_logged = False
+
+    def is_failure(self, report):
+        """Records a rank's report; those of ranks that ended for a reset are no failure."""
+        self.reports.setdefault(report.rank, report)
+        return not (report.returncode == RESET_EXIT_CODE and
+                    self.channel.is_survivor(report.rank))
+
+    def on_tick(self):
+        """Logs, once, that the world has synchronized its state."""
+        synced = self.channel.synced
+        if synced is not None and not self._synced_logged:
+            self._synced_logged = True
+            since = (f", {synced[1] - self._previous_end:.1f} s after world {self.number} "
+                     "ended" if self._previous_end is not None else "")
+            start = f"commit {synced[0]}" if synced[0] > 0 else "its initial state"
+            self._log(f"elastic: world {self.number + 1} trains from {start}{since}.")
+        return None
+
+    def failed_ranks(self, stopped):
+        """Ranks that neither finished (``done``) nor handed over; with ``stopped`` False
+        (the world ended by itself), ranks without a report exited with 0."""
+        keep = self.channel.done | set(self.channel.survivors)
+        return [r for r in range(self.np)
+                if r not in keep and (stopped or r in self.reports)]
+
+    def describe_end(self, failed, store):
+        """One line on how the world ended."""
+        parts = []
+        for rank in failed:
+            report = self.reports.get(rank)
+            what = report.describe() if report else f"rank {rank} was stopped by kerashvdrun"
+            parts.append(f"{what} (on {self.ranks[rank]})" if report and not report.host
+                         else what)
+        survivors = sorted(self.channel.survivors)
+        if survivors:
+            numbers = sorted(set(self.channel.survivors.values()))
+            held = (f"; kerashvdrun holds commit {store.number} ({store.size / 2**20:.1f} MiB)"
+                    if store.number >= 0 else "")
+            parts.append(f"{_ranks(survivors)} handed over (commit "
+                         f"{'/'.join(map(str, numbers))}){held}")
+        if self.channel.hosts_update:
+            parts.insert(0, f"hosts {self.channel.hosts_update}")
+        return f"world {self.number + 1} ({self.np} ranks on {describe(self.plan)}) ended: " + \
+            "; ".join(parts or ["every rank ended without a report"])
+
+
+def _ranks(ranks):
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+class _GiveUp(Exception):
+    """The job cannot go on; the message says why."""
+
+
+class ElasticDriver:
+    """Runs the loop of the module docstring.
+
+    Args:
+        settings: :class:`ElasticSettings`.
+        launch: ``launch(world, signals)`` starts ``world`` (a :class:`World`) and returns its
+            :class:`~kerashvd.launcher.job.JobOutcome` once every rank has ended. It may raise
+            ``LaunchError``; one with a ``hosts`` attribute names hosts that cannot run ranks
+            (they are left out until discovery lists them again).
+        log: called with the launcher's messages.
+
+    Example (a launch that finishes at once)::
+
+        >>> from kerashvd.launcher.discovery import FixedHosts
+        >>> from kerashvd.launcher.hosts import Host
+        >>> from kerashvd.launcher.job import JobOutcome
+        >>> settings = ElasticSettings(FixedHosts([Host("localhost", 2)]), np=2, min_np=1)
+        >>> ElasticDriver(settings, lambda world, signals: JobOutcome(0), print).run()
+        elastic: world 1: 2 ranks on localhost:2.
+        0
+    """
+
+    def __init__(self, settings, launch, log):
+        self.settings = settings
+        self._launch = launch
+        self._log = log
+        self._lock = threading.Lock()
+        self._pool = HostPool()
+        self._world = None
+        self._last_error = None
+        self._stop = threading.Event()
+
+    def run(self):
+        """Runs worlds until training is over or the job cannot go on; returns the exit code
+        (0, the failure's code, 1 when giving up without one, or 128 + N for a signal N)."""
+        with CommitStore() as store, SignalCatcher() as signals:
+            self._discover()
+            thread = threading.Thread(target=self._discover_forever, daemon=True,
+                                      name="kerashvd-discovery")
+            thread.start()
+            try:
+                return self._loop(store, signals)
+            except _GiveUp as err:
+                message, code = err.args
+                self._log(f"elastic: {message}")
+                return code
+            finally:
+                self._stop.set()
+                thread.join()
+
+    # -- discovery ------------------------------------------------------------------------
+
+    def _discover_forever(self):
+        while not self._stop.wait(self.settings.interval):
+            self._discover()
+
+    def _discover(self):
+        try:
+            hosts = self.settings.discovery.find()
+        except DiscoveryError as err:
+            if str(err) != self._last_error:
+                self._log(f"elastic: {err}; keeping the hosts found before "
+                          f"({describe(self._pool.listed)}).")
+            self._last_error = str(err)
+            return
+        self._last_error = None
+        with self._lock:
+            added, removed = self._pool.update(hosts)
+            world, plan = self._world, self._pool.plan(self.settings.max_np)
+        if added or removed:
+            change = [f"+{name}" for name in added] + [f"-{name}" for name in removed]
+            self._log(f"elastic: hosts {' '.join(change)} ({self.settings.discovery.describe()}"
+                      f" lists {describe(hosts)}).")
+        kind = change_kind(world.plan, plan) if world is not None else None
+        if kind and world.channel.hosts_update is None:
+            if sum(h.slots for h in plan) < self.settings.min_np:
+                return  # a world of fewer than --min-np ranks could not start: keep this one
+            self._log(f"elastic: world {world.number + 1} ends at its next commit; the next "
+                      f"runs {sum(h.slots for h in plan)} ranks on {describe(plan)}.")
+            world.channel.announce_hosts_update(kind)
+
+    def _wait_for_slots(self, needed, signals, flag, ends):
+        """The next world's plan once it has ``needed`` ranks; None on a signal."""
+        deadline = time.monotonic() + self.settings.timeout
+        told = False
+        while True:
+            with self._lock:
+                plan, usable, lost = (self._pool.plan(self.settings.max_np),
+                                      self._pool.usable(), self._pool.lost())
+            if sum(h.slots for h in plan) >= needed:
+                return plan
+            if signals.received is not None:
+                return None
+            have = (f"usable now: {describe(usable)}" +
+                    (f"; left out after failures: {', '.join(lost)}" if lost else ""))
+            if time.monotonic() > deadline:
+                history = "".join(f"\n  {line}" for line in ends)
+                raise _GiveUp(
+                    f"fewer than {flag} {needed} slots for --elastic-timeout "
+                    f"{self.settings.timeout:g} s ({have}; from "
+                    f"{self.settings.discovery.describe()}); giving up.{history}",
+                    self._last_code)
+            if not told:
+                self._log(f"elastic: waiting up to {self.settings.timeout:g} s for {needed} "
+                          f"slots ({flag}); {have}.")
+                told = True
+            time.sleep(0.1)
+
+    # -- worlds ---------------------------------------------------------------------------
+
+    _last_code = 1
+
+    def _loop(self, store, signals):
+        number, resets, ended_at, ends = 0, 0, None, []
+        needed, flag = self.settings.np, "-np"
+        while True:
+            plan = self._wait_for_slots(needed, signals, flag, ends)
+            if plan is None:
+                return 128 + signals.received
+            world = World(number, plan, WorldChannel(store), self.settings.handover_grace,
+                          ended_at, self._log)
+            start = f", from commit {store.number}" if store.number > 0 else ""
+            self._log(f"elastic: world {number + 1}: {world.np} ranks on {describe(plan)}"
+                      f"{start}.")
+            with self._lock:
+                self._world = world
+            try:
+                outcome = self._launch(world, signals)
+            except LaunchError as err:
+                if not getattr(err, "hosts", None):
+                    raise
+                self._log(f"elastic: {err}\nelastic: leaving out {', '.join(err.hosts)} until "
+                          "discovery lists them again.")
+                with self._lock:
+                    self._pool.lose(err.hosts)
+                continue
+            finally:
+                with self._lock:
+                    self._world = None
+                world.channel.close()
+            ended_at = time.monotonic()
+            if outcome.interrupted is not None:
+                return outcome.exit_code
+            channel = world.channel
+            if outcome.returncode == 0 and not world.reports and not channel.survivors:
+                if number:
+                    self._log(f"elastic: training finished in world {number + 1}, after "
+                              f"{resets} reset{'s' if resets != 1 else ''}.")
+                return 0
+            failed = world.failed_ranks(stopped=outcome.failure is not None)
+            if failed and world.reports.get(failed[0]):
+                self._last_code = world.reports[failed[0]].exit_code
+            ends.append(world.describe_end(failed, store))
+            if channel.done and not channel.survivors:
+                self._log(f"elastic: {ends[-1]}; training had finished on "
+                          f"{_ranks(sorted(channel.done))}: not starting another world.")
+                return self._last_code if failed else outcome.exit_code
+            with self._lock:
+                self._pool.record_failures(world.ranks, set(failed))
+            resets += 1
+            limit = self.settings.reset_limit
+            if limit is not None and resets > limit:
+                raise _GiveUp(f"{ends[-1]}.\nThe job was reset {limit} time(s), the "
+                              "--reset-limit; giving up.", self._last_code)
+            self._log(f"elastic: {ends[-1]}. Reset {resets}"
+                      f"{f' of {limit}' if limit is not None else ''}.")
+            number += 1
+            needed, flag = self.settings.min_np, "--min-np"
+
