@@ -4,6 +4,8 @@ import math
 import os
 import warnings
 
+import numpy as np
+
 import kerashvd as hvd
 from kerashvd.keras_compat import KERAS_NAME, USES_TF_KERAS
 
@@ -203,7 +205,7 @@ class ModelCheckpoint(Callback):
         dropped = files[:-self.max_to_keep] if self.max_to_keep else []
         files = files[len(dropped):]
         optimizer = getattr(self.model, "optimizer", None)
-        iterations = None if optimizer is None or self.save_weights_only else int(optimizer.iterations)
+        iterations = None if optimizer is None or self.save_weights_only else int(np.asarray(optimizer.iterations))
         write_record(directory, path, epoch, monitor=self.monitor if self.save_best_only else None,
                      best=self.best, step=step, iterations=iterations, files=files)
         self._files = files

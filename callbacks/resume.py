@@ -186,7 +186,7 @@ def restore(model, checkpoint, input_shape=None, root_rank=0):
                 build_optimizer(optimizer, model.trainable_variables)
             model.load_weights(checkpoint.path)
             load_random_state(model, checkpoint.path)
-            loaded = None if optimizer is None else int(optimizer.iterations)
+            loaded = None if optimizer is None else int(np.asarray(optimizer.iterations))
             if None not in (checkpoint.iterations, loaded) and loaded != checkpoint.iterations:
                 problem = (f"{checkpoint.path} holds an optimizer at iterations={loaded}, but "
                            f"its record says iterations={checkpoint.iterations} (epoch "

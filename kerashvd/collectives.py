@@ -26,6 +26,19 @@ from .runtime import _require_init
 
 _REDUCE_DTYPES = {tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int8, tf.uint8, tf.int32, tf.int64}
 _ALL_DTYPES = _REDUCE_DTYPES | {tf.bool, tf.int16, tf.uint16}
+# Moved bit for bit as the signed type of their width by the collectives that only move data
+# (broadcast, allgather): e.g. Keras' random-generator state is uint32 in some releases.
+_CARRIED_AS = {tf.uint32: tf.int32, tf.uint64: tf.int64}
+_MOVE_DTYPES = _ALL_DTYPES | set(_CARRIED_AS)
+
+
+def _carried(tensors):
+    """``tensors`` as the engine moves them, and the function that turns results back."""
+    dtype = tensors[0].dtype if tensors else None
+    if dtype not in _CARRIED_AS:
+        return tensors, lambda results: results
+    return ([tf.bitcast(t, _CARRIED_AS[dtype]) for t in tensors],
+            lambda results: [tf.bitcast(r, dtype) for r in results])
 
 
 def _collective(fn):
@@ -264,8 +277,9 @@ def allgather(tensor, name=None, process_set=global_process_set):
     ps = resolve(process_set, "allgather")
     key = _names.tensor_name("allgather", name, ps)
     with shared_with_peers(ALLGATHER, key, ps):
-        tensor = _require_rows(_as_tensor(tensor, "allgather", _ALL_DTYPES), "allgather")
-    return OPS.kerashvd_allgather(tensor, tensor_name=key, process_set_id=ps)
+        tensor = _require_rows(_as_tensor(tensor, "allgather", _MOVE_DTYPES), "allgather")
+    (tensor,), back = _carried([tensor])
+    return back([OPS.kerashvd_allgather(tensor, tensor_name=key, process_set_id=ps)])[0]
 
 
 @_collective
@@ -276,10 +290,11 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     key = _names.tensor_name("grouped_allgather", name, ps)
     with shared_with_peers(ALLGATHER, key, ps):
         tensors = [_require_rows(t, "grouped_allgather")
-                   for t in _as_tensor_list(tensors, "grouped_allgather", _ALL_DTYPES)]
+                   for t in _as_tensor_list(tensors, "grouped_allgather", _MOVE_DTYPES)]
     if not tensors:
         return []
-    return OPS.kerashvd_grouped_allgather(tensors, tensor_name=key, process_set_id=ps)
+    tensors, back = _carried(tensors)
+    return back(OPS.kerashvd_grouped_allgather(tensors, tensor_name=key, process_set_id=ps))
 
 
 @_collective
@@ -299,8 +314,10 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     key = _names.tensor_name("broadcast", name, ps)
     with shared_with_peers(BROADCAST, key, ps):
         _check_root(root_rank, process_set)
-        tensor = _as_tensor(tensor, "broadcast", _ALL_DTYPES)
-    return OPS.kerashvd_broadcast(tensor, root_rank=root_rank, tensor_name=key, process_set_id=ps)
+        tensor = _as_tensor(tensor, "broadcast", _MOVE_DTYPES)
+    (tensor,), back = _carried([tensor])
+    return back([OPS.kerashvd_broadcast(tensor, root_rank=root_rank, tensor_name=key,
+                                        process_set_id=ps)])[0]
 
 
 @_collective
@@ -311,11 +328,12 @@ def grouped_broadcast(tensors, root_rank, name=None, process_set=global_process_
     key = _names.tensor_name("grouped_broadcast", name, ps)
     with shared_with_peers(BROADCAST, key, ps):
         _check_root(root_rank, process_set)
-        tensors = _as_tensor_list(tensors, "grouped_broadcast", _ALL_DTYPES)
+        tensors = _as_tensor_list(tensors, "grouped_broadcast", _MOVE_DTYPES)
     if not tensors:
         return []
-    return OPS.kerashvd_grouped_broadcast(tensors, root_rank=root_rank, tensor_name=key,
-                                          process_set_id=ps)
+    tensors, back = _carried(tensors)
+    return back(OPS.kerashvd_grouped_broadcast(tensors, root_rank=root_rank, tensor_name=key,
+                                               process_set_id=ps))
 
 
 def _check_root(root_rank, process_set):

@@ -296,6 +296,12 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
     def iterations(self):
         return self.inner_optimizer.iterations
 
+    @iterations.setter
+    def iterations(self, variable):
+        # Keras before 3.4 creates the base class's own step counter under this name; the
+        # inner optimizer's counter is the one that counts, so this one is kept aside unused.
+        self._base_iterations = variable
+
     def scale_loss(self, loss):
         """Scales the loss as the inner optimizer does (loss scaling), before gradients."""
         return self.inner_optimizer.scale_loss(loss)

@@ -100,3 +100,24 @@ def test_broadcast_in_tf_function(hvd):
     np.testing.assert_array_equal(b.numpy(), inputs[0][1])
     np.testing.assert_array_equal(c0.numpy(), inputs[root][2])
     np.testing.assert_array_equal(c1.numpy(), inputs[root][2] + 1)
+
+
+@pytest.mark.parametrize("dtype", [tf.uint32, tf.uint64])
+def test_unsigned_32_and_64_bit_values_move_bit_for_bit(hvd, dtype):
+    """Keras' random-generator state is uint32 in some releases: broadcast and allgather carry
+    such tensors unchanged (the engine moves them as the signed type of their width)."""
+    top = np.iinfo(dtype.as_numpy_dtype).max
+    mine = np.array([top - hvd.rank(), 1 + hvd.rank(), top // 3], dtype.as_numpy_dtype)
+    root = hvd.size() - 1
+    for got in (hvd.broadcast(tf.constant(mine), root_rank=root),
+                hvd.grouped_broadcast([tf.constant(mine)], root_rank=root)[0]):
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got.numpy(), np.array([top - root, 1 + root, top // 3],
+                                                            dtype.as_numpy_dtype))
+    gathered = hvd.allgather(tf.constant(mine)).numpy()
+    expected = np.concatenate([np.array([top - r, 1 + r, top // 3], dtype.as_numpy_dtype)
+                               for r in range(hvd.size())])
+    np.testing.assert_array_equal(gathered, expected)
+    variable = tf.Variable(mine)
+    hvd.broadcast_variables([variable], root_rank=root)
+    assert int(variable.numpy()[0]) == int(top - root)

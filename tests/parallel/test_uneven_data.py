@@ -97,7 +97,7 @@ def test_fit_with_uneven_batches_and_join_callback(hvd):
     assert join.last_joined_rank == n - 1
     _same_everywhere(hvd, model.get_weights(), "weights")
     _same_everywhere(hvd, [v.numpy() for v in model.optimizer.variables], "optimizer variables")
-    assert int(model.optimizer.iterations) == EPOCHS * len(_batches(n - 1))
+    assert int(np.asarray(model.optimizer.iterations)) == EPOCHS * len(_batches(n - 1))
     # The documented semantics: joined ranks contribute zeros, the average divides by size().
     for got, want in zip(model.get_weights(), _reference_weights(initial, n)):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
@@ -127,6 +127,18 @@ def test_join_callback_with_datasets_of_unknown_size(hvd):
     _same_everywhere(hvd, [v.numpy() for v in model.optimizer.variables], "Adam state (unknown size)")
 
 
+def _skip_unless_keras_fits_an_empty_dataset():
+    """Early Keras 3 releases (3.3) fail inside fit on a dataset without batches, alone."""
+    plain = keras.Sequential([keras.layers.Dense(1)])
+    plain.compile(optimizer="sgd", loss="mse")
+    empty = tf.data.Dataset.from_tensor_slices((np.zeros((0, 3), np.float32),
+                                                np.zeros((0, 1), np.float32))).batch(2)
+    try:
+        plain.fit(empty, epochs=1, verbose=0)
+    except TypeError as err:
+        pytest.skip(f"this Keras' fit fails on an empty dataset by itself ({err})")
+
+
 def test_join_callback_with_an_empty_shard(hvd):
     """The last rank has no batch at all: it joins at once, and ends with the others' weights.
     The model is a Sequential without keras.Input: Keras 3 still traces the (empty) step
@@ -134,6 +146,7 @@ def test_join_callback_with_an_empty_shard(hvd):
     if USES_TF_KERAS:
         pytest.skip("tf_keras' Model.fit refuses an empty dataset ('Expected input data to be "
                     "non-empty') before any callback runs; documented in JoinCallback")
+    _skip_unless_keras_fits_an_empty_dataset()
     n, r = hvd.size(), hvd.rank()
     model = _model(40 + r, style="deferred")
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(LR, momentum=MOMENTUM)),
@@ -172,7 +185,7 @@ def test_fit_with_agreed_steps_per_epoch(hvd):
     assert steps == 2  # rank 0's 8 samples
     model.fit(train.repeat(), steps_per_epoch=steps, epochs=EPOCHS, verbose=0, shuffle=False,
               callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
-    assert int(model.optimizer.iterations) == EPOCHS * steps
+    assert int(np.asarray(model.optimizer.iterations)) == EPOCHS * steps
     _same_everywhere(hvd, model.get_weights(), "weights (agreed steps)")
 
 

@@ -175,5 +175,9 @@ def test_reduce_metric_states_rejects_unknown_aggregation(hvd):
         def result(self):
             return self.state
 
+    try:
+        odd = Odd()
+    except ValueError as err:  # Keras before 3.4 has no aggregation="none" variables
+        pytest.skip(f"this Keras refuses the variable itself: {err}")
     with pytest.raises(ValueError, match="aggregation is 'none'"):
-        hvd.callbacks.reduce_metric_states([Odd()])
+        hvd.callbacks.reduce_metric_states([odd])
