@@ -13,6 +13,7 @@ without progress, so no rank waits for ever on a launcher that is gone.
 
 import os
 import socket
+import sys
 import threading
 
 from kerashvd.launcher.handover import VARIABLE
@@ -35,7 +36,7 @@ class LauncherLink:
     Attributes:
         world: this world's number (0 for the first).
         hosts_update: the kind of host change the launcher announced (``"added"``,
-            ``"removed"``, ``"changed"``), or ``None`` (rank 0 only: it holds the watch).
+            ``"removed"``, ``"changed"``), or ``None``.
         resumed: whether ``hvd.elastic.run`` has synchronized this process's state once.
     """
 
@@ -46,7 +47,7 @@ class LauncherLink:
         self.world = world
         self.hosts_update = None
         self.resumed = False
-        self._watching = False
+        self._joined = False
 
     @classmethod
     def from_environment(cls, environ=None):
@@ -83,25 +84,35 @@ class LauncherLink:
         with self._open(rank, verb, *fields) as conn:
             return _read_line(conn)
 
-    def watch_hosts(self, rank):
-        """Starts a thread that holds the host watch (rank 0) and records announcements."""
-        if self._watching:
+    def join(self, rank):
+        """Opens this rank's member connection, kept until the process ends, in a thread
+        that records host announcements (``hosts_update``) and ends the process at once when
+        kerashvdrun closes the connection: kerashvdrun has died, or this rank outlived its
+        world by more than the hand-over grace."""
+        if self._joined:
             return
-        self._watching = True
-        conn = self._open(rank, "hosts")
+        self._joined = True
+        conn = self._open(rank, "member")
         conn.settimeout(None)
 
         def watch():
             with conn:
                 try:
-                    line = _read_line(conn)
+                    while True:
+                        words = _read_line(conn).split()
+                        if len(words) == 2 and words[0] == "updated":
+                            self.hosts_update = words[1]
                 except (OSError, LinkError):
-                    return
-                words = line.split()
-                if len(words) == 2 and words[0] == "updated":
-                    self.hosts_update = words[1]
+                    pass
+            try:
+                sys.stderr.write(f"kerashvd: rank {rank}: kerashvdrun closed this rank's "
+                                 "connection (it ended, or this world is over); exiting.\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass  # the supervisor, which copied the output, may be gone
+            os._exit(1)
 
-        threading.Thread(target=watch, name="kerashvd-elastic-hosts", daemon=True).start()
+        threading.Thread(target=watch, name="kerashvd-elastic-member", daemon=True).start()
 
     def hand_over(self, rank, number, make_payload):
         """Offers commit ``number``; sends ``make_payload()`` (bytes) if the launcher wants it.

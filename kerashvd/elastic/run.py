@@ -6,17 +6,20 @@ cannot change size, so under ``kerashvdrun``'s elastic mode (``kerashvd/launcher
 elastic_driver.py``) every world is a new set of processes, and the decorated function runs
 once per process:
 
-1. (first call in the process) rank 0 starts watching for host changes; in every world but
-   the first, rank 0 takes the commit the last world handed to the launcher and restores it,
-   and every rank runs the state's reset callbacks (the world size changed);
+1. (first call in the process) every rank opens its member connection to the launcher (host
+   announcements, and its lifeline); in every world but the first, rank 0 takes the commit
+   the last world handed to the launcher and restores it, and every rank runs the state's
+   reset callbacks (the world size changed);
 2. ``state.sync()``: every rank takes rank 0's state; rank 0 tells the launcher which
    commit the world trains from;
 3. the function runs. If it returns, the rank tells the launcher it is done and returns its
    value. If it raises ``HostsUpdatedInterrupt`` (a commit saw a host change: every rank
    raises it at the same commit), the rank saves its state as it is; if a collective failed
    because a peer died or aborted (``tf.errors.AbortedError``, or ``HorovodInternalError``
-   raised by your code), the rank keeps its last commit. Either way it hands that commit to
-   the launcher and ends with exit code 76; the launcher starts the next world.
+   raised by your code), or the world is being stopped (SIGTERM: from kerashvdrun, or as the
+   parent-death signal when MPI's process manager ends a world that lost a host), the rank
+   keeps its last commit. Either way it hands that commit to the launcher and ends with exit
+   code 76; the launcher starts the next world.
 
 Outside the elastic mode (plain ``mpiexec``, ``kerashvdrun`` without the elastic flags),
 steps 1 and 3's hand-over are skipped: the function runs after a ``sync()``, and an error
@@ -24,7 +27,9 @@ ends the job as any error does (``--max-restarts`` restarts it from your checkpo
 """
 
 import functools
+import signal
 import sys
+import threading
 
 import tensorflow as tf
 
@@ -71,17 +76,51 @@ def run(func):
             state._synced = True
             return func(state, *args, **kwargs)
         _begin(state, link)
+        previous = _stop_on_sigterm()
         try:
             result = func(state, *args, **kwargs)
         except HostsUpdatedInterrupt:
             state.save()  # the ranks agree on this point: take it as it is
             _leave(state, link, "the hosts changed")
-        except (HorovodInternalError, tf.errors.AbortedError) as err:
-            _leave(state, link, f"a collective failed ({type(err).__name__})")
+        except (HorovodInternalError, tf.errors.AbortedError, _WorldStopped) as err:
+            _leave(state, link, f"{type(err).__name__}: {err}")
+        except BaseException:
+            _restore_sigterm(previous)
+            raise
+        _restore_sigterm(previous)
         link.report(hvd.rank(), "done")
         return result
 
     return wrapper
+
+
+class _WorldStopped(BaseException):
+    """SIGTERM reached the rank while it trained: its world is being stopped. A
+    ``BaseException``, as ``KeyboardInterrupt`` is, so that ``except Exception`` in the
+    training code does not swallow it."""
+
+
+def _stop_on_sigterm():
+    """Makes SIGTERM raise :class:`_WorldStopped` in the main thread, once (later ones are
+    ignored: hydra forwards one and the parent-death signal follows); returns what to give
+    :func:`_restore_sigterm`. The handler stays until the rank leaves or training returns,
+    so that no SIGTERM meets the default action between a failed collective and the
+    hand-over."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    raised = []
+
+    def stop(signum, frame):
+        if not raised:
+            raised.append(signum)
+            raise _WorldStopped("the world is being stopped (SIGTERM)")
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _restore_sigterm(previous):
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _begin(state, link):
@@ -90,8 +129,7 @@ def _begin(state, link):
     first = not link.resumed
     if first:
         link.resumed = True
-        if rank == 0:
-            link.watch_hosts(rank)
+        link.join(rank)
         if link.world > 0:
             if rank == 0:
                 commit = link.fetch(rank)
@@ -106,6 +144,11 @@ def _begin(state, link):
 
 def _leave(state, link, why):
     """Hands the last commit to the launcher and ends this rank for the next world."""
+    if threading.current_thread() is threading.main_thread():
+        # The world's process manager may go now (hydra ending a world that lost a host):
+        # its parent-death SIGTERM must not cut the hand-over short. The member connection
+        # bounds how long this can take.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     number, make_bytes = state._handover()
     try:
         link.hand_over(hvd.rank(), number, make_bytes)

@@ -40,6 +40,15 @@ Protocol, per rank:
    killed before MPI_Finalize leaves its job's segment, and the last rank of the job on this
    host to end removes it).
 6. Exit with the child's code (128 + N for a child killed by signal N).
+
+In kerashvdrun's elastic mode (``KERASHVD_ELASTIC`` set), a rank must outlive the end of its
+world long enough to hand its last commit over (``handover.py``), but hydra ends a world that
+lost a host by SIGKILLing each supervisor's process group, and the child's parent-death signal
+would follow. So there the child runs in a session of its own, with SIGTERM as its
+parent-death signal: ``hvd.elastic.run`` turns SIGTERM into a hand-over, and the rank's own
+connection to kerashvdrun bounds how long it can outlive its world (``elastic/
+launcher_link.py``). Everything else (output, reports, the watch) is as above while the
+supervisor lives.
 """
 
 import ctypes
@@ -86,8 +95,9 @@ def _parse(argv):
     return parsed, command
 
 
-def _die_with_parent():
-    """Returns a preexec_fn that makes the child get SIGKILL when this process dies."""
+def _die_with_parent(elastic=False):
+    """Returns a preexec_fn that makes the child get SIGKILL when this process dies; with
+    ``elastic``, SIGTERM, and the child gets a session of its own (see the module doc)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -95,11 +105,14 @@ def _die_with_parent():
     except (OSError, AttributeError):
         return None
     parent = os.getpid()
+    signum = signal.SIGTERM if elastic else signal.SIGKILL
 
     def preexec():
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if elastic:
+            os.setsid()
+        prctl(_PR_SET_PDEATHSIG, signum)
         if os.getppid() != parent:  # the supervisor died before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), signum)
     return preexec
 
 
@@ -263,8 +276,9 @@ def main(argv):
     shm_segments.remove_dead()
     segments_before = shm_segments.segments()
     try:
-        child = subprocess.Popen(command, close_fds=False, preexec_fn=_die_with_parent(),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        child = subprocess.Popen(
+            command, close_fds=False, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            preexec_fn=_die_with_parent(elastic=bool(os.environ.get("KERASHVD_ELASTIC"))))
     except OSError as err:
         sys.stderr.write(f"kerashvd: rank {rank}: cannot run {command[0]!r}: {err}\n")
         returncode = 126 if isinstance(err, PermissionError) else 127

@@ -392,6 +392,8 @@ def main(argv=None):
             if args.dry_run:
                 return JobOutcome(returncode=0)
             outcome = run_job(argv, events, log=log, signals=signals, **job_options)
+            if world is not None:  # ranks that outlived mpiexec may still hand over
+                world.channel.wait_for_members(world.failure_grace)
         if remote is not None:
             remote.remove_dead_segments(log)
         return outcome

@@ -99,36 +99,44 @@ class World:
             self._log(f"elastic: world {self.number + 1} trains from {start}{since}.")
         return None
 
-    def failed_ranks(self, stopped):
-        """Ranks that neither finished (``done``) nor handed over; with ``stopped`` False
-        (the world ended by itself), ranks without a report exited with 0."""
+    def failed_ranks(self):
+        """Ranks that neither finished (``done``) nor handed over: they failed, were killed
+        with their supervisor (a node that died sends no report), or were stopped."""
         keep = self.channel.done | set(self.channel.survivors)
-        return [r for r in range(self.np)
-                if r not in keep and (stopped or r in self.reports)]
+        return [r for r in range(self.np) if r not in keep]
 
     def describe_end(self, failed, store):
         """One line on how the world ended."""
         parts = []
         for rank in failed:
             report = self.reports.get(rank)
-            what = report.describe() if report else f"rank {rank} was stopped by kerashvdrun"
+            what = report.describe() if report else f"rank {rank} ended without a word " \
+                "(killed with its supervisor, or stopped by kerashvdrun)"
             parts.append(f"{what} (on {self.ranks[rank]})" if report and not report.host
                          else what)
         survivors = sorted(self.channel.survivors)
         if survivors:
             numbers = sorted(set(self.channel.survivors.values()))
-            held = (f"; kerashvdrun holds commit {store.number} ({store.size / 2**20:.1f} MiB)"
+            held = (f"; kerashvdrun holds commit {store.number} ({_size(store.size)})"
                     if store.number >= 0 else "")
             parts.append(f"{_ranks(survivors)} handed over (commit "
                          f"{'/'.join(map(str, numbers))}){held}")
         if self.channel.hosts_update:
             parts.insert(0, f"hosts {self.channel.hosts_update}")
-        return f"world {self.number + 1} ({self.np} ranks on {describe(self.plan)}) ended: " + \
-            "; ".join(parts or ["every rank ended without a report"])
+        return f"world {self.number + 1} ({_count(self.np)} on {describe(self.plan)}) " \
+            "ended: " + "; ".join(parts or ["every rank ended without a report"])
 
 
 def _ranks(ranks):
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def _count(np):
+    return f"{np} rank{'s' if np != 1 else ''}"
+
+
+def _size(size):
+    return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 2**10:.1f} KiB"
 
 
 class _GiveUp(Exception):
@@ -153,6 +161,7 @@ class ElasticDriver:
         >>> from kerashvd.launcher.job import JobOutcome
         >>> settings = ElasticSettings(FixedHosts([Host("localhost", 2)]), np=2, min_np=1)
         >>> ElasticDriver(settings, lambda world, signals: JobOutcome(0), print).run()
+        elastic: hosts +localhost (-H lists localhost:2).
         elastic: world 1: 2 ranks on localhost:2.
         0
     """
@@ -213,7 +222,7 @@ class ElasticDriver:
             if sum(h.slots for h in plan) < self.settings.min_np:
                 return  # a world of fewer than --min-np ranks could not start: keep this one
             self._log(f"elastic: world {world.number + 1} ends at its next commit; the next "
-                      f"runs {sum(h.slots for h in plan)} ranks on {describe(plan)}.")
+                      f"runs {_count(sum(h.slots for h in plan))} on {describe(plan)}.")
             world.channel.announce_hosts_update(kind)
 
     def _wait_for_slots(self, needed, signals, flag, ends):
@@ -233,13 +242,14 @@ class ElasticDriver:
             if time.monotonic() > deadline:
                 history = "".join(f"\n  {line}" for line in ends)
                 raise _GiveUp(
-                    f"fewer than {flag} {needed} slots for --elastic-timeout "
+                    f"fewer than {flag} {needed} slot{'s' if needed != 1 else ''} for "
+                    "--elastic-timeout "
                     f"{self.settings.timeout:g} s ({have}; from "
                     f"{self.settings.discovery.describe()}); giving up.{history}",
                     self._last_code)
             if not told:
                 self._log(f"elastic: waiting up to {self.settings.timeout:g} s for {needed} "
-                          f"slots ({flag}); {have}.")
+                          f"slot{'s' if needed != 1 else ''} ({flag}); {have}.")
                 told = True
             time.sleep(0.1)
 
@@ -257,7 +267,7 @@ class ElasticDriver:
             world = World(number, plan, WorldChannel(store), self.settings.handover_grace,
                           ended_at, self._log)
             start = f", from commit {store.number}" if store.number > 0 else ""
-            self._log(f"elastic: world {number + 1}: {world.np} ranks on {describe(plan)}"
+            self._log(f"elastic: world {number + 1}: {_count(world.np)} on {describe(plan)}"
                       f"{start}.")
             with self._lock:
                 self._world = world
@@ -284,7 +294,7 @@ class ElasticDriver:
                     self._log(f"elastic: training finished in world {number + 1}, after "
                               f"{resets} reset{'s' if resets != 1 else ''}.")
                 return 0
-            failed = world.failed_ranks(stopped=outcome.failure is not None)
+            failed = world.failed_ranks()
             if failed and world.reports.get(failed[0]):
                 self._last_code = world.reports[failed[0]].exit_code
             ends.append(world.describe_end(failed, store))

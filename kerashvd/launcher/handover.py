@@ -139,44 +139,63 @@ class WorldChannel:
 
     def __init__(self, store):
         self._store = store
-        self._lock = threading.Lock()
-        self._watchers = []
+        self._lock = threading.Condition()
+        self._members = {}  # rank -> its open member connection
         self.survivors = {}
         self.synced = None
         self.done = set()
         self.hosts_update = None
-        self.handlers = {"hosts": self._hosts, "commit": self._commit, "state": self._state,
+        self.handlers = {"member": self._member, "commit": self._commit, "state": self._state,
                          "synced": self._synced, "done": self._done}
 
     def announce_hosts_update(self, kind):
-        """Tells rank 0 (now, or when it connects) that the hosts changed (once)."""
+        """Tells the ranks (now, or when they connect) that the hosts changed (once)."""
         with self._lock:
             if self.hosts_update is not None:
                 return
             self.hosts_update = kind
-            watchers = list(self._watchers)
-        for conn in watchers:
+            members = list(self._members.values())
+        for conn in members:
             _send_quietly(conn, f"updated {kind}\n".encode())
 
     def is_survivor(self, rank):
         with self._lock:
             return rank in self.survivors
 
-    def close(self):
-        """Closes the connections kept open (rank 0's host watch)."""
+    def wait_for_members(self, timeout):
+        """Waits until every member connection has closed (its rank ended), at most
+        ``timeout`` seconds; returns the ranks still connected."""
+        deadline = time.monotonic() + timeout
         with self._lock:
-            watchers, self._watchers = self._watchers, []
-        for conn in watchers:
+            while self._members and time.monotonic() < deadline:
+                self._lock.wait(max(0.0, min(0.2, deadline - time.monotonic())))
+            return sorted(self._members)
+
+    def close(self):
+        """Closes the member connections still open: their ranks end themselves."""
+        with self._lock:
+            members, self._members = list(self._members.values()), {}
+        for conn in members:
             conn.close()
 
     # -- handlers, each in its own thread with the connection -----------------------------
 
-    def _hosts(self, conn, rank, fields, rest):
+    def _member(self, conn, rank, fields, rest):
         with self._lock:
-            self._watchers.append(conn)
+            self._members[rank] = conn
             kind = self.hosts_update
         if kind is not None:
             _send_quietly(conn, f"updated {kind}\n".encode())
+        try:
+            while conn.recv(64):
+                pass  # the rank never writes; an empty read means it ended
+        except OSError:
+            pass
+        with self._lock:
+            if self._members.get(rank) is conn:
+                del self._members[rank]
+            self._lock.notify_all()
+        conn.close()
 
     def _commit(self, conn, rank, fields, rest):
         conn.settimeout(_TIMEOUT)

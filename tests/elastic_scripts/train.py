@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import socket
 import sys
 import time
 
@@ -97,12 +98,12 @@ def all_variables():
 def digest():
     h = hashlib.sha256()
     for v in all_variables():
-        h.update(np.asarray(v).tobytes())
+        h.update(np.asarray(v.numpy()).tobytes())
     return h.hexdigest()
 
 
 def save(path):
-    np.savez(path, *[np.asarray(v) for v in all_variables()])
+    np.savez(path, *[np.asarray(v.numpy()) for v in all_variables()])
 
 
 class Pace(keras.callbacks.Callback):
@@ -165,7 +166,7 @@ if args.reference:
         hvd.callbacks.fit_resumable(model, batches, epochs=args.epochs,
                                     steps_per_epoch=args.steps, initial_epoch=epoch0,
                                     initial_step=step0, callbacks=[StopAt()], verbose=0)
-        values = [np.asarray(v) for v in all_variables()]
+        values = [np.asarray(v.numpy()) for v in all_variables()]
         emit(event="phase", rank=rank, size=phase_size, start=start, stop=stop,
              digest=digest())
     if rank == 0:
@@ -197,4 +198,5 @@ def train(state):
 train(state)
 if rank == 0:
     save(os.path.join(args.out, "final.npz"))
-emit(event="final", rank=rank, size=size, world=world, digest=digest())
+emit(event="final", rank=rank, size=size, world=world, digest=digest(),
+     host=socket.gethostname())
