@@ -21,6 +21,7 @@ the first step and refused with an error that shows the fix.
 """
 
 import sys
+import types
 
 import keras
 import tensorflow as tf
@@ -37,6 +38,8 @@ from .._xla import install_auto_resolution
 from .wrapper_config import wrapper_arguments, wrapper_config
 
 _KerasOptimizer = keras.optimizers.Optimizer
+# The base class's own iterations and learning_rate, which earlier versions saved first.
+_EARLIER_PLACEHOLDERS = 2
 
 def _is_tf_keras_optimizer(optimizer):
     tf_keras = sys.modules.get("tf_keras")
@@ -174,8 +177,10 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
             self.inner_optimizer.build(var_list)
         if self._aggregator is not None:
             self._aggregator.build(var_list)
-        # The base class records the variables (apply() without variables needs them).
         _KerasOptimizer.build(self, var_list)
+        # apply() without variables uses these. Held outside Keras' attribute tracking, which
+        # would otherwise take the model's variables for the optimizer's own.
+        self._applied_to = types.SimpleNamespace(variables=var_list)
 
     @tf.autograph.experimental.do_not_convert
     def apply(self, grads, trainable_variables=None):
@@ -198,7 +203,7 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
             if not self.built:
                 raise ValueError("DistributedOptimizer.apply() without variables needs a built "
                                  "optimizer: call optimizer.build(variables) first")
-            trainable_variables = self._trainable_variables
+            trainable_variables = self._applied_to.variables
         trainable_variables = list(trainable_variables)
         if len(grads) != len(trainable_variables):
             raise ValueError(f"Received {len(grads)} gradients for {len(trainable_variables)} "
@@ -268,7 +273,7 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
         """
         expected = len(self.inner_optimizer.variables)
         extra = len(store.keys()) - expected
-        if expected and 0 < extra <= len(self._variables):
+        if expected and extra == _EARLIER_PLACEHOLDERS:
             store = {str(i): store[str(i + extra)] for i in range(expected)}
         self.inner_optimizer.load_own_variables(store)
 
