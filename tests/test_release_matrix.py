@@ -47,6 +47,7 @@ def test_the_environment_holds_the_oldest_pair():
 
 def test_collectives_and_keras_at_one_rank():
     files = [os.path.join("tests", "parallel", f) for f in COLLECTIVES + KERAS]
+    files.append(os.path.join("tests", "test_private_api.py"))  # the internals kerashvd uses
     code, out = _run([OLDEST, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider",
                       "-m", "not slow"])
     assert code == 0, out[-6000:]
