@@ -1,5 +1,6 @@
 """``python -m kerashvd.bench [allreduce]``: allreduce through the TF op against raw MPI.
 ``python -m kerashvd.bench keras``: Keras training throughput (see keras_bench).
+``python -m kerashvd.bench elastic``: what elastic commits cost a step (see elastic_bench).
 
 Started without an MPI launcher it relaunches itself with ``kerashvdrun -np NP`` (default 2).
 Prints, for float32 Sum allreduces of each size: time per call, algbw and busbw (nccl-tests
@@ -40,6 +41,10 @@ def main(argv=None):
         from .keras_bench import main as keras_main
 
         return keras_main(argv[1:])
+    if argv[:1] == ["elastic"]:
+        from .elastic_bench import main as elastic_main
+
+        return elastic_main(argv[1:])
     if argv[:1] == ["allreduce"]:
         argv = argv[1:]
     args = _parse(argv)

@@ -3,10 +3,11 @@
 
 A commit keeps a snapshot of every model variable (trainable, non-trainable such as batch
 norm statistics, and the random generators' state) and every optimizer variable (slots,
-iteration count, learning rate). The snapshot is a read of each variable, which costs no copy
-when it is taken: TensorFlow copies a variable's buffer before updating it in place while a
-read of it is still held, so the copy is paid by the next training step, on the variable's
-device. Only when a commit is handed to the next world are the values brought to host memory.
+iteration count, learning rate). The snapshot is a read of each variable, all in one
+``tf.function`` call, which copies nothing when it is taken: TensorFlow copies a variable's
+buffer before updating it in place while a read of it is still held, so the copy is paid by
+the next training step, on the variable's device. Only when a commit is handed to the next
+world are the values brought to host memory.
 """
 
 import numpy as np
@@ -72,10 +73,14 @@ class TensorFlowKerasState(ObjectState):
         super().sync()
 
     def _save_model(self):
-        self._saved_model = [tf.identity(tf.convert_to_tensor(v))
-                             for v in self._model_variables()]
-        self._saved_optimizer = [tf.identity(tf.convert_to_tensor(v))
-                                 for v in self._optimizer_variables()]
+        model, optimizer = self._model_variables(), self._optimizer_variables()
+        key = tuple(map(id, model + optimizer))
+        if getattr(self, "_snapshot_key", None) != key:  # variables added (e.g. built later)
+            self._snapshot_key = key
+            self._snapshot = tf.function(
+                lambda: [tf.identity(tf.convert_to_tensor(v)) for v in model + optimizer])
+        values = self._snapshot() if key else []
+        self._saved_model, self._saved_optimizer = values[:len(model)], values[len(model):]
 
     def _load_model(self):
         for variables, saved in ((self._model_variables(), self._saved_model),
