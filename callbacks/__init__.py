@@ -11,6 +11,7 @@ that average or reduce metrics must run before the ones that read them)::
         hvd.callbacks.MetricAverageCallback(),                # same logs on every rank
         keras.callbacks.EarlyStopping(patience=3),
         hvd.callbacks.ModelCheckpoint("ckpt/model.keras"),    # rank 0 writes, atomically
+        hvd.callbacks.StragglerReportCallback(),              # which node is slow, per epoch
     ]
     model.fit(..., callbacks=callbacks, verbose=hvd.callbacks.verbose(1))
 
@@ -31,6 +32,7 @@ from .learning_rate_warmup import LearningRateWarmupCallback
 from .metric_average import MetricAverageCallback
 from .model_checkpoint import BestModelCheckpoint, ModelCheckpoint
 from .progress import verbose
+from .straggler_report import StragglerReportCallback
 
 __all__ = [
     "BestModelCheckpoint",
@@ -42,6 +44,7 @@ __all__ = [
     "LearningRateWarmupCallback",
     "MetricAverageCallback",
     "ModelCheckpoint",
+    "StragglerReportCallback",
     "agree_steps_per_epoch",
     "atomic_save",
     "broadcast_model_state",

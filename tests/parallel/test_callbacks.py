@@ -18,6 +18,7 @@ CALLBACKS_API = [
     "LearningRateWarmupCallback",
     "MetricAverageCallback",
     "ModelCheckpoint",
+    "StragglerReportCallback",
     "agree_steps_per_epoch",
     "atomic_save",
     "broadcast_model_state",
