@@ -28,13 +28,15 @@ A node is named when one of its ranks is.
 import dataclasses
 import math
 import socket
+import warnings
 
 import numpy as np
 
 from . import _core
 from .runtime import _require_init
 
-__all__ = ["RankStragglerStats", "StragglerReport", "straggler_report"]
+__all__ = ["Lateness", "NodeStragglerStats", "RankStragglerStats", "StragglerReport",
+           "straggler_report"]
 
 # Differences smaller than this are timer and scheduling noise, not lateness.
 _NOISE_SECONDS = 0.0005
@@ -44,25 +46,40 @@ _CAP = 3.0
 
 
 @dataclasses.dataclass(frozen=True)
-class RankStragglerStats:
-    """One rank's numbers in a :class:`StragglerReport` (times in seconds).
+class Lateness:
+    """How long and how often the others waited for a rank or a node (times in seconds).
 
-    ``late_*``: collectives this rank submitted after the others' median, and the time the
-    others waited for it; ``comm_*``: the same for entering the data transfer late.
-    ``*_share``: that time over the report's interval. ``median_wait_seconds``: this rank's
-    median wait per collective; ``transfer_seconds``: its time inside MPI calls.
+    ``late_*``: collectives it submitted after the others' median, and the time the others
+    waited for it; ``comm_*``: the same for entering the data transfer (or finishing after
+    it) later than the others. ``*_share``: that time over the report's interval.
     """
 
-    rank: int
-    host: str
     late_collectives: int
     late_seconds: float
     late_share: float
     comm_collectives: int
     comm_seconds: float
     comm_share: float
+
+
+@dataclasses.dataclass(frozen=True)
+class RankStragglerStats(Lateness):
+    """One rank's numbers in a :class:`StragglerReport` (see :class:`Lateness`), with its
+    ``rank`` and ``host``, its median wait per collective and its time inside MPI calls."""
+
+    rank: int
+    host: str
     median_wait_seconds: float
     transfer_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeStragglerStats(Lateness):
+    """One node's numbers (see :class:`Lateness`): how long the ranks of the other nodes
+    waited for the last of its ``ranks``."""
+
+    host: str
+    ranks: tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +89,10 @@ class StragglerReport:
     Attributes:
         ranks: a :class:`RankStragglerStats` per rank, in rank order.
         late_to_submit / slow_to_communicate: the ranks named in each category.
-        nodes: the hosts of the named ranks, sorted.
+        node_stats: a :class:`NodeStragglerStats` per host, when the ranks run on several.
+        nodes: the hosts named: those of the named ranks, and those whose ranks together
+            kept the other nodes waiting (the ranks of a slow node also wait for each other,
+            so each of them alone may stay below the threshold).
         collectives: how many collectives were compared; ``complete``: False when more ran
             since the last report than the engine keeps (only the last ones were compared).
         elapsed_seconds: the interval the report covers (median over ranks).
@@ -82,6 +102,7 @@ class StragglerReport:
     ranks: tuple
     late_to_submit: tuple
     slow_to_communicate: tuple
+    node_stats: tuple
     nodes: tuple
     collectives: int
     complete: bool
@@ -98,24 +119,31 @@ class StragglerReport:
         scope = "" if self.complete else " (the last ones only)"
         lines = [f"kerashvd straggler report: {len(self.ranks)} rank(s) on {len(hosts)} "
                  f"node(s), {self.collectives} collectives{scope} in {self.elapsed_seconds:.1f} s"]
-        if not self.late_to_submit and not self.slow_to_communicate:
+        if not self.nodes:
             lines.append(f"  no rank kept the others waiting {self.threshold:.0%} of the time "
                          "or more")
             return "\n".join(lines)
         for title, named, kind in (("late to submit (compute or input)", self.late_to_submit, "late"),
                                    ("slow to communicate", self.slow_to_communicate, "comm")):
-            if not named:
-                continue
-            lines.append(f"  {title}:")
-            for r in named:
-                count = getattr(r, f"{kind}_collectives")
-                seconds = getattr(r, f"{kind}_seconds")
-                share = getattr(r, f"{kind}_share")
-                lines.append(f"    rank {r.rank} on {r.host}: late in {count} of "
-                             f"{self.collectives} collectives, the others waited {seconds:.2f} s "
-                             f"for it ({share:.0%} of the time)")
+            if named:
+                lines.append(f"  {title}:")
+                lines += [f"    rank {r.rank} on {r.host}: {_describe(r, kind, self.collectives)}"
+                          for r in named]
         lines.append("  nodes named: " + ", ".join(self.nodes))
+        for node in self.node_stats:
+            if node.host in self.nodes:
+                kind = "late" if node.late_seconds >= node.comm_seconds else "comm"
+                what = "late to submit" if kind == "late" else "slow to communicate"
+                lines.append(f"    {node.host} (ranks {', '.join(map(str, node.ranks))}), "
+                             f"{what}: {_describe(node, kind, self.collectives)}")
         return "\n".join(lines)
+
+
+def _describe(stats, kind, collectives):
+    count, seconds, share = (getattr(stats, f"{kind}_{k}")
+                             for k in ("collectives", "seconds", "share"))
+    return (f"late in {count} of {collectives} collectives, the others waited {seconds:.2f} s "
+            f"for it ({share:.0%} of the time)")
 
 
 def straggler_report(threshold=0.2, min_fraction=0.25, reset=True):
@@ -179,69 +207,87 @@ def analyze(records, threshold=0.2, min_fraction=0.25):
         return np.array([r[key][first - r["first_seq"]:end - r["first_seq"]] for r in records],
                         dtype=np.float64).reshape(len(records), count)
 
-    wait, done = matrix("wait_seconds"), matrix("done_seconds")
-    entry, completion = matrix("entry_lag_seconds"), matrix("completion_lag_seconds")
+    m = {key: matrix(f"{key}_seconds") for key in ("wait", "done", "entry_lag", "completion_lag")}
     elapsed = float(np.median([r["elapsed_seconds"] for r in records]))
     # More collectives ran than the engine keeps: only the last ones are compared.
     complete = all(r["dropped"] == 0 for r in records)
-    ranks, typical = [], {}
+
+    def rule_and_numbers(rows):
+        numbers, typical = _lateness(m, rows, elapsed if complete else None)
+        named = {kind for kind in ("late", "comm")
+                 if count and typical[kind] >= threshold
+                 and numbers[f"{kind}_collectives"] >= max(1, min_fraction * count)}
+        return numbers, named
+
+    ranks, named_ranks = [], {"late": [], "comm": []}
     for rank, record in enumerate(records):
-        span = elapsed if complete or count == 0 else max(
-            float(np.nanmax(done[rank]) - np.nanmin(done[rank])), 1e-9)
-        # Slow to communicate: entering the transfer, and finishing after it, later than the
-        # others (the latter delays this rank's next submission: it is taken out of "late").
-        entered, finished = _above_noise(-_behind(entry, rank)), _above_noise(-_behind(completion, rank))
-        comm = entered + finished
-        late = _above_noise(_behind(wait, rank))  # the others waited longer: it came later
-        submitted = done[rank] - wait[rank]
-        own = wait[rank][~np.isnan(wait[rank])]
-        stats = {
-            "late": (int(np.count_nonzero(late)),
-                     max(0.0, _union_before(submitted, late) - float(finished.sum())),
-                     max(0.0, _union_before(submitted, _capped(late)) - float(_capped(finished).sum()))),
-            "comm": (int(np.count_nonzero(comm)), float(comm.sum()), float(_capped(comm).sum()))}
-        ranks.append(RankStragglerStats(
-            rank=rank, host=record["host"],
-            late_collectives=stats["late"][0], late_seconds=stats["late"][1],
-            late_share=_share(stats["late"][1], span),
-            comm_collectives=stats["comm"][0], comm_seconds=stats["comm"][1],
-            comm_share=_share(stats["comm"][1], span),
+        numbers, named = rule_and_numbers([rank])
+        own = m["wait"][rank][~np.isnan(m["wait"][rank])]
+        stats = RankStragglerStats(
+            rank=rank, host=record["host"], **numbers,
             median_wait_seconds=float(np.median(own)) if own.size else math.nan,
-            transfer_seconds=float(record["transfer_seconds"])))
-        # What names a rank: its typical lateness, each collective's capped at a few times
-        # the rank's median one, so that one long pause does not count as a pattern.
-        typical[rank] = {kind: _share(value[2], span) for kind, value in stats.items()}
-
-    def named(kind):
-        return tuple(r for r in ranks
-                     if typical[r.rank][kind] >= threshold and count > 0
-                     and getattr(r, f"{kind}_collectives") >= max(1, min_fraction * count))
-
-    late_to_submit, slow_to_communicate = named("late"), named("comm")
-    nodes = tuple(sorted({r.host for r in late_to_submit + slow_to_communicate}))
+            transfer_seconds=float(record["transfer_seconds"]))
+        ranks.append(stats)
+        for kind in named:
+            named_ranks[kind].append(stats)
+    hosts = sorted({r["host"] for r in records})
+    node_stats, named_nodes = [], {r.host for kind in named_ranks for r in named_ranks[kind]}
+    for host in hosts if len(hosts) > 1 else ():
+        rows = [i for i, r in enumerate(records) if r["host"] == host]
+        numbers, named = rule_and_numbers(rows)
+        node_stats.append(NodeStragglerStats(host=host, ranks=tuple(rows), **numbers))
+        if named:
+            named_nodes.add(host)
     return StragglerReport(
-        ranks=tuple(ranks), late_to_submit=late_to_submit,
-        slow_to_communicate=slow_to_communicate, nodes=nodes, collectives=count,
-        complete=complete, elapsed_seconds=elapsed, threshold=float(threshold),
-        min_fraction=float(min_fraction))
+        ranks=tuple(ranks), late_to_submit=tuple(named_ranks["late"]),
+        slow_to_communicate=tuple(named_ranks["comm"]), node_stats=tuple(node_stats),
+        nodes=tuple(sorted(named_nodes)), collectives=count, complete=complete,
+        elapsed_seconds=elapsed, threshold=float(threshold), min_fraction=float(min_fraction))
+
+
+def _lateness(m, rows, elapsed):
+    """The :class:`Lateness` numbers (a dict) of the ranks ``rows`` taken together, and the
+    shares that decide whether they are named: {"late": share, "comm": share}.
+
+    Per collective, the others' median against the last of ``rows``: its wait (shorter: it
+    submitted later), entry lag and completion lag (longer: it entered the transfer later, or
+    finished after it later, which delays its next submission: that part counts as slow to
+    communicate, not late to submit). What names them is their typical lateness: each
+    collective's capped at a few times their median one, so that one long pause does not
+    count as a pattern. ``elapsed``: the interval, or None when only the last collectives
+    are known (the span of those is used).
+    """
+    mine = np.zeros(m["wait"].shape[0], bool)
+    mine[rows] = True
+    others = m["wait"][~mine]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no value there
+        last = np.nanargmin(np.where(np.isnan(m["wait"][mine]), np.inf, m["wait"][mine]), axis=0)
+        cols = np.arange(m["wait"].shape[1])
+        wait = m["wait"][mine][last, cols]
+        submitted = m["done"][mine][last, cols] - wait
+        late = _above_noise(np.nanmedian(others, axis=0) - wait)
+        finished = _above_noise(np.nanmax(m["completion_lag"][mine], axis=0)
+                                - np.nanmedian(m["completion_lag"][~mine], axis=0))
+        entered = _above_noise(np.nanmax(m["entry_lag"][mine], axis=0)
+                               - np.nanmedian(m["entry_lag"][~mine], axis=0))
+        done = m["done"][mine]
+        span = elapsed if elapsed is not None else max(
+            float(np.nanmax(done) - np.nanmin(done)) if done.size else 0.0, 1e-9)
+    comm = entered + finished
+    late_seconds = max(0.0, _union_before(submitted, late) - float(finished.sum()))
+    typical_late = max(0.0, _union_before(submitted, _capped(late)) - float(_capped(finished).sum()))
+    numbers = dict(late_collectives=int(np.count_nonzero(late)), late_seconds=late_seconds,
+                   late_share=_share(late_seconds, span),
+                   comm_collectives=int(np.count_nonzero(comm)), comm_seconds=float(comm.sum()),
+                   comm_share=_share(float(comm.sum()), span))
+    return numbers, {"late": _share(typical_late, span),
+                     "comm": _share(float(_capped(comm).sum()), span)}
 
 
 def _above_noise(values):
     """``values`` where they exceed the noise, 0 elsewhere (NaN included)."""
     return np.where(np.nan_to_num(values, nan=0.0) > _NOISE_SECONDS, values, 0.0)
-
-
-def _behind(values, rank):
-    """Per collective: the median of the other ranks' values minus this rank's value (NaN
-    where this rank or all the others have none)."""
-    others = np.delete(values, rank, axis=0)
-    out = np.full(values.shape[1], np.nan)
-    if others.shape[0] == 0:
-        return out
-    has_other = ~np.all(np.isnan(others), axis=0)
-    with np.errstate(invalid="ignore"):
-        out[has_other] = np.nanmedian(others[:, has_other], axis=0) - values[rank, has_other]
-    return out
 
 
 def _capped(values):

@@ -62,6 +62,23 @@ def test_no_straggler_names_no_one():
     assert report.nodes == () and "no rank kept the others waiting" in str(report)
 
 
+def test_a_node_whose_ranks_also_wait_for_each_other_is_named():
+    # Node b's two ranks share too little CPU: in turn one of them is 80 ms late and the
+    # other on time (it waits like node a's ranks), so each alone is late in half of the
+    # collectives; together node b kept node a waiting 80 ms every 100 ms.
+    n = 20
+    b1 = [0.001 if i % 2 else 0.081 for i in range(n)]
+    b2 = [0.081 if i % 2 else 0.001 for i in range(n)]
+    report = analyze(records([[0.081] * n, [0.081] * n, b1, b2], hosts=["a", "a", "b", "b"]),
+                     min_fraction=0.6)
+    assert report.late_to_submit == () and report.nodes == ("b",)
+    node_a, node_b = report.node_stats
+    assert node_b.ranks == (2, 3) and node_b.late_collectives == n
+    assert math.isclose(node_b.late_seconds, n * 0.08, rel_tol=1e-6)
+    assert node_a.late_collectives == 0
+    assert "b (ranks 2, 3), late to submit: late in 20 of 20 collectives" in str(report)
+
+
 def test_one_long_pause_is_reported_but_names_no_one():
     # Rank 0 is late once, by 1.5 s (a checkpoint written by rank 0 only), of 20 collectives.
     waits = [[0.01] * 20, [0.01] * 20]

@@ -55,7 +55,12 @@ def engine_thread():
 
 def emit(hvd, key, report):
     if hvd.rank() == 0:
-        line = {key[0]: key[1], "text": str(report), "nodes": list(report.nodes),
+        numbers = "\n".join(
+            f"    rank {r.rank}: late {r.late_collectives} {r.late_seconds:.3f} s, comm "
+            f"{r.comm_collectives} {r.comm_seconds:.3f} s, median wait "
+            f"{r.median_wait_seconds:.4f} s, transfer {r.transfer_seconds:.3f} s"
+            for r in report.ranks)
+        line = {key[0]: key[1], "text": f"{report}\n{numbers}", "nodes": list(report.nodes),
                 "late": [[r.rank, r.host] for r in report.late_to_submit],
                 "comm": [[r.rank, r.host] for r in report.slow_to_communicate]}
         sys.stdout.write(json.dumps(line) + "\n")
