@@ -2,27 +2,32 @@
 
 What every rank records (ops/core/straggler_stats.h, in the engine's hot path, no
 communication): for each of its last 4096 collectives (not broadcasts or join), its *wait*
-(submission to end), its *entry lag* (from negotiation's "ready everywhere" to the start of the
-data transfer, once per fused group) and when it ended.
+(submission to the end of the data transfer), its *entry lag* (from negotiation's "ready
+everywhere" to the start of the transfer) and *completion lag* (from the end of the transfer
+to the ops' completion), both once per fused group, and when the transfer ended.
 
 How the report reads them, collective by collective (a collective has the same number on
-every rank):
+every rank), comparing a rank with the median of the others:
 
-- **Late to submit** (compute, input pipeline, Python work between steps): a collective ends
-  on every rank together, with the last rank's data, so a rank whose wait was shorter than
-  the others' median wait submitted that much later: the others waited for it. The time is
-  the union of those waits on the rank's own clock (ten tensors late together by 50 ms count
+- **Late to submit** (compute, input pipeline, Python work between steps): a transfer ends on
+  every rank together, with the last rank's data, so a rank whose wait was shorter than the
+  others' median wait submitted that much later: the others waited for it. The time is the
+  union of those waits on the rank's own clock (ten tensors late together by 50 ms count
   50 ms, not 500).
-- **Slow to communicate**: a rank that enters the data transfer later than the others' median
-  entry keeps them waiting inside it (its engine thread starved of CPU, slow fusion copies,
-  GPU inputs not ready). Delays of the network itself end every rank's wait alike: a slow
-  link between two nodes makes both ends wait the same, so it is not pinned on either node
-  (the ``transfer_seconds`` of every rank then grow together).
+- **Slow to communicate**: a rank that enters the transfer later than the others keeps them
+  waiting inside it (its engine thread starved of CPU, slow fusion copies, GPU inputs not
+  ready); one that finishes its copies after the transfer later than the others submits its
+  next collective late for that reason, and that time counts here, not as late to submit.
+  Delays of the network itself, and a rank slow *inside* the transfer, end every rank's wait
+  alike: a slow link between two nodes makes both ends wait the same, so it is not pinned
+  on either node (the ``transfer_seconds`` of every rank then grow together).
 
 A rank is named in a category when the others waited for it at least ``threshold`` of the
-time and in at least ``min_fraction`` of the collectives (one long pause, such as a
-checkpoint written by rank 0 only, is reported in its numbers but does not name the rank).
-A node is named when one of its ranks is.
+time and in at least ``min_fraction`` of the collectives, by its typical lateness: each
+collective's counts at most three times its median one, so one long pause (a checkpoint
+written by rank 0 only) shows in its numbers but does not name it. With ranks on several
+hosts, each node is also measured as one: how long the other nodes' ranks waited for the
+last of its ranks; a node is named when it, or one of its ranks, is.
 """
 
 import dataclasses
