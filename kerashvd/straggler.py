@@ -128,8 +128,9 @@ class StragglerReport:
             lines.append(f"  no rank kept the others waiting {self.threshold:.0%} of the time "
                          "or more")
             return "\n".join(lines)
-        for title, named, kind in (("late to submit (compute or input)", self.late_to_submit, "late"),
-                                   ("slow to communicate", self.slow_to_communicate, "comm")):
+        for title, named, kind in (
+                ("late to submit (compute or input)", self.late_to_submit, "late"),
+                ("slow to communicate", self.slow_to_communicate, "comm")):
             if named:
                 lines.append(f"  {title}:")
                 lines += [f"    rank {r.rank} on {r.host}: {_describe(r, kind, self.collectives)}"
@@ -176,11 +177,11 @@ def straggler_report(threshold=0.2, min_fraction=0.25, reset=True):
     >>> import kerashvd as hvd
     >>> report = hvd.straggler_report()
     >>> print(report)  # doctest: +SKIP
-    kerashvd straggler report: 4 rank(s) on 2 node(s), 120 collectives in 6.2 s
+    kerashvd straggler report: 4 rank(s) on 2 node(s), 12 collectives in 2.9 s
       late to submit (compute or input):
-        rank 2 on node2: late in 118 of 120 collectives, the others waited 4.10 s for it (66% of the time)
-        rank 3 on node2: late in 117 of 120 collectives, the others waited 4.05 s for it (65% of the time)
+        rank 2 on node2: late in 9 of 12 collectives, the others waited 0.91 s for it (32% ...)
       nodes named: node2
+        node2 (ranks 2, 3), late to submit: late in 10 of 12 collectives, the others waited ...
     """
     _require_init()
     check_rules(threshold, min_fraction)
@@ -281,7 +282,8 @@ def _lateness(m, rows, elapsed):
             float(np.nanmax(done) - np.nanmin(done)) if done.size else 0.0, 1e-9)
     comm = entered + finished
     late_seconds = max(0.0, _union_before(submitted, late) - float(finished.sum()))
-    typical_late = max(0.0, _union_before(submitted, _capped(late)) - float(_capped(finished).sum()))
+    typical_late = max(0.0, _union_before(submitted, _capped(late))
+                       - float(_capped(finished).sum()))
     numbers = dict(late_collectives=int(np.count_nonzero(late)), late_seconds=late_seconds,
                    late_share=_share(late_seconds, span),
                    comm_collectives=int(np.count_nonzero(comm)), comm_seconds=float(comm.sum()),

@@ -38,7 +38,8 @@ def run_job(cluster, argv, what, timeout=300, env=None):
 @pytest.mark.slow
 def test_process_sets_and_keras_equivalence_across_nodes(cluster_2_nodes):
     # Where srun puts the ranks with these options (rank r on node r % 2).
-    placed = run_job(cluster_2_nodes, ["srun", *CYCLIC, "sh", "-c", 'echo "$SLURM_PROCID $(hostname)"'],
+    placed = run_job(cluster_2_nodes,
+                     ["srun", *CYCLIC, "sh", "-c", 'echo "$SLURM_PROCID $(hostname)"'],
                      "srun placement")
     hosts = dict(line.split() for line in placed.splitlines() if line[:1].isdigit())
     nodes = cluster_2_nodes.nodes
@@ -73,7 +74,8 @@ def test_gpu_pinning_by_local_rank_on_every_node(cluster_2_nodes):
                    key=lambda r: r["rank"])
     assert [(r["host"], r["local_rank"], r["slurm_localid"]) for r in ranks] == [
         (nodes[0], 0, "0"), (nodes[0], 1, "1"), (nodes[1], 0, "0"), (nodes[1], 1, "1")], ranks
-    assert [(r["visible"], r["pinned"]) for r in ranks] == [(["0", "1"], "0"), (["0", "1"], "1")] * 2
+    assert [(r["visible"], r["pinned"]) for r in ranks] == \
+        [(["0", "1"], "0"), (["0", "1"], "1")] * 2
     # --gpus-per-task=1: SLURM binds one GPU to each task, a different one per task of a
     # node; kerashvd leaves that single GPU as it is.
     output = run_job(cluster_2_nodes, ["srun", "--mpi=pmi2", "-N", "2", "-n", "4",
