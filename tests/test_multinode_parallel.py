@@ -1,9 +1,9 @@
 """More of kerashvd across SLURM nodes (tests/multinode_cluster.py), beyond test_multinode.py:
 
 - tests/parallel's process-set tests and its Keras equivalence check (N ranks x batch B give
-  the weights of 1 rank x batch N*B), run as they are by 4 ranks on 2 nodes placed
-  cyclically, so that the sets "evens" (0, 2) and "odds" (1, 3) each lie within one node and
-  "head" (0, 1, 2) spans both;
+  the weights of 1 rank x batch N*B), run as they are by 3 ranks on 2 nodes (2 + 1, the
+  uneven layout), so that the set "head" (ranks 0, 1) lies within the first node and "evens"
+  (0, 2) spans both;
 - GPU pinning by local rank with the fake GPUs of every node (SLURM's GRES): each rank's
   CUDA_VISIBLE_DEVICES and the device kerashvd's rule picks from it;
 - the front-end notebook submitting a 2-node job.
@@ -21,7 +21,7 @@ from test_slurm import RANK_ENV
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mpi]
 
-CYCLIC = ["-N", "2", "-n", "4", "--ntasks-per-node=2", "--distribution=cyclic"]
+UNEVEN = ["-N", "2", "-n", "3", "--distribution=block"]
 GPU_PIN = os.path.join(REPO, "tests", "slurm_scripts", "gpu_pin.py")
 
 
@@ -37,25 +37,25 @@ def run_job(cluster, argv, what, timeout=300, env=None):
 
 @pytest.mark.slow
 def test_process_sets_and_keras_equivalence_across_nodes(cluster_2_nodes):
-    # Where srun puts the ranks with these options (rank r on node r % 2).
+    # Where srun puts the ranks with these options (ranks 0, 1 on the first node).
     placed = run_job(cluster_2_nodes,
-                     ["srun", *CYCLIC, "sh", "-c", 'echo "$SLURM_PROCID $(hostname)"'],
+                     ["srun", *UNEVEN, "sh", "-c", 'echo "$SLURM_PROCID $(hostname)"'],
                      "srun placement")
     hosts = dict(line.split() for line in placed.splitlines() if line[:1].isdigit())
     nodes = cluster_2_nodes.nodes
-    assert hosts == {"0": nodes[0], "1": nodes[1], "2": nodes[0], "3": nodes[1]}, placed
+    assert hosts == {"0": nodes[0], "1": nodes[0], "2": nodes[1]}, placed
     tests = [os.path.join(PARALLEL, "test_process_sets.py"),
              os.path.join(PARALLEL, "test_optimizer.py") +
              "::test_fit_equals_one_process_on_the_concatenated_batch"]
     output = run_job(
         cluster_2_nodes,
-        ["srun", "--mpi=pmi2", "--kill-on-bad-exit=1", *CYCLIC, "--chdir", REPO, sys.executable,
+        ["srun", "--mpi=pmi2", "--kill-on-bad-exit=1", *UNEVEN, "--chdir", REPO, sys.executable,
          "-m", "pytest", *tests, "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
          "-W", "ignore::DeprecationWarning"],
-        "srun tests/parallel 2x2", timeout=600,
-        env={"KHVD_TEST_WORLD": "4", "PYTHONUNBUFFERED": "1"})
+        "srun tests/parallel 2+1", timeout=600,
+        env={"KHVD_TEST_WORLD": "3", "PYTHONUNBUFFERED": "1"})
     summaries = [line for line in output.splitlines() if " passed" in line and " in " in line]
-    assert len(summaries) == 4 and not any("failed" in s or "error" in s for s in summaries), \
+    assert len(summaries) == 3 and not any("failed" in s or "error" in s for s in summaries), \
         output[-8000:]
     # Every rank ran the sets' collectives and the four fit-equivalence cases.
     assert all(int(s.split(" passed")[0].split()[-1]) >= 30 for s in summaries), summaries
