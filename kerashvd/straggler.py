@@ -22,8 +22,9 @@ every rank), comparing a rank with the median of the others:
   alike: a slow link between two nodes makes both ends wait the same, so it is not pinned
   on either node (the ``transfer_seconds`` of every rank then grow together).
 
-A rank is named in a category when the others waited for it at least ``threshold`` of the
-time and in at least ``min_fraction`` of the collectives, by its typical lateness: each
+A rank is named when the others waited for it at least ``threshold`` of the time (both kinds
+together) and in at least ``min_fraction`` of the collectives, in each kind that reaches the
+threshold alone, or else in the larger. The time is its typical lateness: each
 collective's counts at most three times its median one, so one long pause (a checkpoint
 written by rank 0 only) shows in its numbers but does not name it. With ranks on several
 hosts, each node is also measured as one: how long the other nodes' ranks waited for the
@@ -219,11 +220,15 @@ def analyze(records, threshold=0.2, min_fraction=0.25):
     complete = all(r["dropped"] == 0 for r in records)
 
     def rule_and_numbers(rows):
-        numbers, typical = _lateness(m, rows, elapsed if complete else None)
-        named = {kind for kind in ("late", "comm")
-                 if count and typical[kind] >= threshold
-                 and numbers[f"{kind}_collectives"] >= max(1, min_fraction * count)}
-        return numbers, named
+        # Named when both kinds together reach the threshold (a CPU-starved node is late to
+        # submit and slow to communicate, maybe each below it), in the kind(s) that reach it
+        # alone, or else in the larger one.
+        numbers, typical, late_somehow = _lateness(m, rows, elapsed if complete else None)
+        if not count or typical["late"] + typical["comm"] < threshold or \
+                late_somehow < max(1, min_fraction * count):
+            return numbers, set()
+        named = {kind for kind in typical if typical[kind] >= threshold}
+        return numbers, named or {max(typical, key=typical.get)}
 
     ranks, named_ranks = [], {"late": [], "comm": []}
     for rank, record in enumerate(records):
@@ -252,8 +257,9 @@ def analyze(records, threshold=0.2, min_fraction=0.25):
 
 
 def _lateness(m, rows, elapsed):
-    """The :class:`Lateness` numbers (a dict) of the ranks ``rows`` taken together, and the
-    shares that decide whether they are named: {"late": share, "comm": share}.
+    """The :class:`Lateness` numbers (a dict) of the ranks ``rows`` taken together, the
+    shares that decide whether they are named ({"late": share, "comm": share}), and in how
+    many collectives they were late either way.
 
     Per collective, the others' median against the last of ``rows``: its wait (shorter: it
     submitted later), entry lag and completion lag (longer: it entered the transfer later, or
@@ -288,8 +294,9 @@ def _lateness(m, rows, elapsed):
                    late_share=_share(late_seconds, span),
                    comm_collectives=int(np.count_nonzero(comm)), comm_seconds=float(comm.sum()),
                    comm_share=_share(float(comm.sum()), span))
-    return numbers, {"late": _share(typical_late, span),
-                     "comm": _share(float(_capped(comm).sum()), span)}
+    typical = {"late": _share(typical_late, span),
+               "comm": _share(float(_capped(comm).sum()), span)}
+    return numbers, typical, int(np.count_nonzero((late > 0) | (comm > 0)))
 
 
 def _above_noise(values):

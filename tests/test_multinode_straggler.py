@@ -32,7 +32,7 @@ def test_report_names_the_cpu_limited_node(cluster_2_nodes):
             proc = cluster_2_nodes.run(
                 ["srun", "--mpi=pmi2", "-N", "2", "-n", "4", "--ntasks-per-node=2",
                  "--kill-on-bad-exit=1", sys.executable, SCRIPT, "--epochs", "3",
-                 "--slow-from", "3", "--steps", "12", "--limit-host", slow_node,
+                 "--slow-from", "3", "--steps", "10", "--limit-host", slow_node,
                  "--limit-cgroup", group.path], env=RANK_ENV, timeout=300)
             return proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -44,6 +44,7 @@ def test_report_names_the_cpu_limited_node(cluster_2_nodes):
     assert sorted(epochs) == [1, 2, 3], output[-5000:]
     for e in (1, 2):
         assert epochs[e]["nodes"] == [], epochs[e]["text"]
+    print("\n".join(epochs[e]["text"] for e in sorted(epochs)))  # shown with -s
     slow = epochs[3]
     assert slow["nodes"] == [slow_node], slow["text"]
     assert {rank for rank, _ in slow["late"] + slow["comm"]} <= {2, 3}, slow["text"]

@@ -111,6 +111,14 @@ def test_entering_and_finishing_the_transfer_late_is_slow_to_communicate():
     assert report.ranks[1].late_seconds == pytest.approx(0.0, abs=1e-9)
 
 
+def test_late_and_slow_below_the_threshold_each_but_above_it_together_are_named():
+    # Rank 1 submits 12 ms late and enters the transfer 10 ms late every 100 ms: 12% + 10%.
+    n = 20
+    report = analyze(records([[0.013] * n, [0.001] * n], entry=[[0.0] * n, [0.01] * n]))
+    assert named(report, "late_to_submit") == [1] and report.slow_to_communicate == ()
+    assert analyze(records([[0.013] * n, [0.001] * n])).late_to_submit == ()  # 12% alone
+
+
 def test_ranks_are_compared_collective_by_collective_and_nan_is_no_value():
     # Rank 1's window starts one collective later (it took its snapshot later); rank 2 was
     # inside join() for the last collectives (NaN): only the common collectives count.
