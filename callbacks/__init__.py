@@ -11,6 +11,7 @@ that average or reduce metrics must run before the ones that read them)::
         hvd.callbacks.MetricAverageCallback(),                # same logs on every rank
         keras.callbacks.EarlyStopping(patience=3),
         hvd.callbacks.ModelCheckpoint("ckpt/model.keras"),    # rank 0 writes, atomically
+        hvd.callbacks.StragglerReportCallback(),              # which node is slow, per epoch
     ]
     model.fit(..., callbacks=callbacks, verbose=hvd.callbacks.verbose(1))
 
@@ -33,6 +34,7 @@ from .model_checkpoint import BestModelCheckpoint, ModelCheckpoint
 from .preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionCallback
 from .progress import verbose
 from .resume import batch_offset, fit_resumable, restore
+from .straggler_report import StragglerReportCallback
 
 __all__ = [
     "BestModelCheckpoint",
@@ -47,6 +49,7 @@ __all__ = [
     "PREEMPTED_EXIT_CODE",
     "Preempted",
     "PreemptionCallback",
+    "StragglerReportCallback",
     "agree_steps_per_epoch",
     "atomic_save",
     "batch_offset",

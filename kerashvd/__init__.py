@@ -105,6 +105,7 @@ _LAZY = {
     "broadcast_variables": ".functions",
     "start_timeline": ".timeline",
     "stop_timeline": ".timeline",
+    "straggler_report": ".straggler",
     "run": ".launcher.run_fn",
     "rank_op": ".topology_ops",
     "size_op": ".topology_ops",

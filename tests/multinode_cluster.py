@@ -57,7 +57,7 @@ nodes that run sshd instead of slurmd, for ``kerashvdrun -H``) shares; that fixt
 here too, since pytest loads this module as a plugin.
 
 API: that of :class:`slurm_cluster.SlurmCluster` (``env``, ``run``, ``sbatch``, ``wait``,
-``job``, ``log``, ``log_path``, ``cpus``) plus ``nodes`` (the node names, in order),
+``job``, ``log``, ``log_path``, ``cpus``, ``gpus``: fake GPUs per node, as on one host) plus ``nodes`` (the node names, in order),
 ``addresses`` (node name -> IP) and, after teardown, ``node_segments`` (node -> the MPICH
 segments its /dev/shm held when the jobs had been cancelled) and ``start_seconds``/
 ``stop_seconds``::
@@ -364,18 +364,20 @@ class MultiNodeCluster(SlurmCluster):
         with open(self.conf) as f:
             for line in f.read().splitlines():
                 key = line.split("=", 1)[0]
-                if key in ("NodeName", "PartitionName", "GresTypes"):
+                if key in ("NodeName", "PartitionName"):
                     continue
                 lines.append(f"{key}={replace[key]}" if key in replace else line)
+        # Each node offers the fake GPUs of the one-host fixture (character devices made with
+        # mknod, gres.conf naming them; self.gpus is 0 where mknod is not allowed): SLURM
+        # then sets CUDA_VISIBLE_DEVICES per node and task, with no GPU behind it.
+        gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""
         for node in self.nodes:
             lines.append(f"NodeName={node} NodeAddr={self.addresses[node]} CPUs={self.cpus} "
-                         "RealMemory=2000 State=UNKNOWN")
+                         f"RealMemory=2000{gres} State=UNKNOWN")
         lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP "
                      "OverSubscribe=FORCE")
         with open(self.conf, "w") as f:
             f.write("\n".join(lines) + "\n")
-        open(os.path.join(r, "gres.conf"), "w").close()
-        self.gpus = 0
 
     def node_states(self):
         """Returns {node: sinfo's short state} (empty while slurmctld does not answer)."""

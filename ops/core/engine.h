@@ -76,6 +76,10 @@ class Engine {
   Status StartTimeline(const std::string& path, int64_t max_bytes);
   void StopTimeline() { timeline_.Stop(); }
 
+  // This rank's straggler numbers for the world's collectives (straggler_stats.h), since the
+  // engine started or the last reset; `reset` starts a new interval. Local, no communication.
+  StragglerCounters StragglerSnapshot(bool reset) { return world_->StragglerSnapshot(reset); }
+
   const Config& config() const { return config_; }
   const MpiContext& mpi() const { return *mpi_; }
 

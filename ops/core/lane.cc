@@ -1,6 +1,8 @@
 #include "lane.h"
 
 #include <algorithm>
+#include <limits>
+#include <pthread.h>
 #include <sstream>
 
 #include "backend/mpi/mpi_backend.h"
@@ -22,7 +24,10 @@ Lane::Lane(int id, const MpiContext* comm, std::vector<int> world_ranks, const C
       host_memory_(config.huge_pages) {
   control_ = std::make_unique<MpiControlPlane>(comm_, BackstopTimeout(config.peer_timeout_seconds),
                                                abort_);
-  backend_ = std::make_unique<MpiBackend>(comm_, abort_, &huge_pages_);
+  auto timed = std::make_unique<TimedBackend>(
+      std::make_unique<MpiBackend>(comm_, abort_, &huge_pages_), &stats_);
+  timed_backend_ = timed.get();
+  backend_ = std::move(timed);
   control_->set_idler([this](std::chrono::microseconds nap) {
     // With a collective pending here, the peers are expected soon: nap briefly, so that the
     // cycle completes within ~kPendingNap of the last rank's arrival instead of up to the
@@ -48,6 +53,10 @@ Lane::~Lane() {
 
 void Lane::Start() {
   thread_ = std::thread([this] { Loop(); });
+  // Named, so that tools (top -H, ps -L, a cgroup for one thread) can find it: "khvd-lane<id>"
+  // (the kernel keeps 15 characters).
+  const std::string name = ("khvd-lane" + std::to_string(id_)).substr(0, 15);
+  pthread_setname_np(thread_.native_handle(), name.c_str());
 }
 
 Status Lane::Submit(TensorEntry entry) {
@@ -118,10 +127,37 @@ void Lane::Loop() {
       }
       Executor* executor = executor_.get();
       Status placed = chooser_ ? chooser_(group, executor_.get(), &executor) : Status::Ok();
-      if (placed.ok()) executor->Run(group);
+      if (placed.ok()) RunTimed(executor, group);
       else Executor::Fail(group, placed);
     }
     if (!cycle.work.empty()) timeline_->Cycle(executed, Timeline::Clock::now(), cycle.work.size(), bytes);
+  }
+}
+
+void Lane::RunTimed(Executor* executor, std::vector<WorkItem*>& group) {
+  using Clock = StragglerStats::Clock;
+  timed_backend_->StartGroup();
+  executor->Run(group);
+  const Clock::time_point none;
+  // The GPU plane's calls are not timed: its groups end with Run, and have no entry lag.
+  const bool timed = executor == executor_.get() && timed_backend_->first_start() != none;
+  // A collective's wait ends with its data transfer, which ends on every rank together;
+  // copying out and completing the ops come after, at this rank's own pace.
+  const Clock::time_point finished = Clock::now();
+  const Clock::time_point end = timed ? timed_backend_->last_end() : finished;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto Seconds = [](Clock::duration d) { return std::chrono::duration<float>(d).count(); };
+  bool first = true;
+  for (WorkItem* item : group) {
+    if (!CountsForStragglers(item->response.request) ||
+        item->response.kind == Response::Kind::kJoinDone)
+      continue;
+    const bool lags = first && timed;
+    const float lag = lags ? Seconds(timed_backend_->first_start() - item->ready) : nan;
+    const float completion = lags ? Seconds(finished - end) : nan;
+    const float wait = item->entry ? Seconds(end - item->entry->submitted) : nan;
+    stats_.Completed(wait, lag, completion, end);
+    first = false;
   }
 }
 

@@ -49,7 +49,9 @@
 #include "executor.h"
 #include "host_memory_ops.h"
 #include "huge_pages.h"
+#include "straggler_stats.h"
 #include "tensor_queue.h"
+#include "timed_backend.h"
 #include "timeline.h"
 
 namespace kerashvd {
@@ -82,9 +84,13 @@ class Lane {
   void Join();
   // Ends a wait of the loop early (a peer failed: the loop then stops with the abort status).
   void Wake() { queue_.Wake(); }
+  // The straggler report's numbers of this lane (straggler_stats.h); `reset` starts anew.
+  StragglerCounters StragglerSnapshot(bool reset) { return stats_.Snapshot(reset); }
 
  private:
   void Loop();
+  // Runs a group on `executor` and records its collectives for the straggler report.
+  void RunTimed(Executor* executor, std::vector<WorkItem*>& group);
   void Stop(const Status& reason);
   std::string ShutdownMessage(const std::vector<int>& ranks) const;
 
@@ -96,6 +102,8 @@ class Lane {
   Timeline* timeline_;
   std::unique_ptr<ControlPlane> control_;
   HugePages huge_pages_;
+  StragglerStats stats_;
+  TimedBackend* timed_backend_ = nullptr;  // backend_, which times the host collectives
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Controller> controller_;
   HostMemoryOps host_memory_;

@@ -70,6 +70,22 @@ PYBIND11_MODULE(_core, m) {
     py::gil_scoped_release release;
     if (auto engine = kerashvd::CurrentEngine()) engine->StopTimeline();
   });
+  // This rank's straggler records (ops/core/straggler_stats.h) as a dict; no communication.
+  m.def("straggler_records", [](bool reset) {
+    kerashvd::StragglerCounters c = Engine()->StragglerSnapshot(reset);
+    py::dict d;
+    d["elapsed_seconds"] = c.elapsed_seconds;
+    d["now_seconds"] = c.now_seconds;
+    d["transfer_seconds"] = c.transfer_seconds;
+    d["transfer_calls"] = c.transfer_calls;
+    d["first_seq"] = c.first_seq;
+    d["dropped"] = c.dropped;
+    d["wait_seconds"] = c.wait_seconds;
+    d["entry_lag_seconds"] = c.entry_lag_seconds;
+    d["completion_lag_seconds"] = c.completion_lag_seconds;
+    d["done_seconds"] = c.done_seconds;
+    return d;
+  });
   m.def("add_process_set", [](const std::vector<int>& ranks) {
     int id = 0;
     Status status;

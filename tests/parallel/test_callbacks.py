@@ -21,6 +21,7 @@ CALLBACKS_API = [
     "PREEMPTED_EXIT_CODE",
     "Preempted",
     "PreemptionCallback",
+    "StragglerReportCallback",
     "agree_steps_per_epoch",
     "atomic_save",
     "batch_offset",
