@@ -174,6 +174,42 @@ def test_horovod_elastic_keras_example_grows_from_one_rank_to_two(tmp_path):
     assert (tmp_path / "checkpoint-1.h5").exists()
 
 
+@pytest.mark.slurm
+def test_a_node_lost_in_a_slurm_allocation_leaves_the_job_on_the_other(cluster_2_nodes,
+                                                                        tmp_path, out):
+    """sbatch -N 2 --no-kill: kerashvdrun takes the allocation's nodes as hosts. Every job
+    process of the second node (slurmstepd, supervisor, rank) is SIGKILLed mid-epoch: the
+    survivor hands over, srun (which waits for ever for a node whose slurmstepd is gone) is
+    stopped once every rank has ended, and a world of one rank finishes on the first node."""
+    from test_node_failures import _node_processes, _signal_all
+    from test_slurm import RANK_ENV
+
+    cluster = cluster_2_nodes
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\nkerashvdrun --min-np 1 {sys.executable} {TRAIN} {out} "
+                      f"--epochs {EPOCHS} --steps {STEPS} --pace 0.05\n")
+    job = cluster.sbatch(script, chdir=tmp_path, env=dict(RANK_ENV, PYTHONUNBUFFERED="1"),
+                         options=["-N", "2", "--ntasks-per-node=1", "--no-kill",
+                                  f"--output={tmp_path}/%j.out"])
+    deadline = time.monotonic() + 180
+    while '"step": 3,' not in cluster.log(job):
+        assert time.monotonic() < deadline and cluster.job(job).get("JobState") in (
+            "PENDING", "RUNNING"), cluster.log(job)[-5000:]
+        time.sleep(0.1)
+    _signal_all(_node_processes(cluster.nodes[1]), signal.SIGKILL)
+    assert cluster.wait(job, timeout=240) == "COMPLETED", cluster.log(job)[-5000:]
+    log = cluster.log(job)
+    n1, n2 = cluster.nodes
+    assert f"(the SLURM allocation lists {n1}:1,{n2}:1)" in log, log
+    assert f"--nodelist={n1},{n2} --distribution=arbitrary -n 2 " not in log  # not --verbose
+    assert "every rank of world 1 has ended, but 5 s later its launcher still waits" in log
+    assert f"kerashvdrun: elastic: world 2: 1 rank on {n1}:1, from commit" in log, log
+    events = [json.loads(line) for line in log.splitlines() if line.startswith('{"event"')]
+    finals = [e for e in events if e["event"] == "final"]
+    assert [(e["world"], e["host"]) for e in finals] == [(1, n1)], log
+    assert max(e["step"] for e in events if e["event"] == "step") == EPOCHS * STEPS
+
+
 def test_a_node_lost_mid_epoch_then_back_rejoins(ssh_nodes, tmp_path, out):
     """Two nodes over ssh, one rank each: every process of the second node is SIGKILLed
     mid-epoch; the job goes on on the first; discovery drops the second node, lists it

@@ -56,7 +56,7 @@ def test_dry_run_in_a_slurm_allocation_places_ranks_on_its_nodes(tmp_path, monke
     assert slurm_hosts(scontrol=scontrol) == [Host("n1", 2), Host("n2", 2)]
     assert cli.main(["--min-np", "2", "--dry-run", "python", "x.py"]) == 0
     command = capsys.readouterr().err
-    assert "srun --mpi=pmi2 --kill-on-bad-exit=0 --nodelist=n1,n1,n2,n2 " \
+    assert "srun --mpi=pmi2 --kill-on-bad-exit=0 --no-kill --overlap --nodelist=n1,n1,n2,n2 " \
            "--distribution=arbitrary -n 4 " in command, command
 
 

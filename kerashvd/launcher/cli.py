@@ -365,8 +365,11 @@ def main(argv=None):
             job_options = dict(failure_grace=world.failure_grace, is_failure=world.is_failure,
                                on_tick=world.on_tick)
             if slurm:
-                job_args = ["--kill-on-bad-exit=0", f"--nodelist={','.join(world.ranks)}",
-                            "--distribution=arbitrary", *args.mpi_args]
+                # --overlap: a step that lost a node stays "completing" and would hold the
+                # CPUs of the others; --no-kill: a failed node must not end the step.
+                job_args = ["--kill-on-bad-exit=0", "--no-kill", "--overlap",
+                            f"--nodelist={','.join(world.ranks)}", "--distribution=arbitrary",
+                            *args.mpi_args]
             else:
                 job_args = ["-disable-auto-cleanup", *args.mpi_args]
                 if all(is_local(h.name) for h in job_hosts):

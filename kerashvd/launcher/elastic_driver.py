@@ -38,6 +38,9 @@ from .job import SignalCatcher
 DEFAULT_TIMEOUT = 600.0  # --elastic-timeout (Horovod's default)
 DISCOVERY_INTERVAL = 1.0  # seconds between two runs of discovery (Horovod's)
 HANDOVER_GRACE = 30.0  # seconds survivors get to hand over and end after a failure
+# Once every rank has ended, mpiexec/srun gets this long to end too before it is stopped:
+# srun waits for ever for a task whose node's slurmstepd was killed.
+LAUNCHER_GRACE = 5.0
 
 
 @dataclasses.dataclass
@@ -89,7 +92,13 @@ class World:
                     self.channel.is_survivor(report.rank))
 
     def on_tick(self):
-        """Logs, once, that the world has synchronized its state."""
+        """Logs, once, that the world has synchronized its state; asks to stop the launcher
+        when every rank has ended but the launcher did not (a message, else None)."""
+        left = self.channel.all_left_for()
+        if left is not None and left > LAUNCHER_GRACE:
+            return (f"elastic: every rank of world {self.number + 1} has ended, but "
+                    f"{LAUNCHER_GRACE:g} s later its launcher still waits (for the ranks of "
+                    "a lost host); stopping it.")
         synced = self.channel.synced
         if synced is not None and not self._synced_logged:
             self._synced_logged = True
@@ -289,7 +298,8 @@ class ElasticDriver:
             if outcome.interrupted is not None:
                 return outcome.exit_code
             channel = world.channel
-            if outcome.returncode == 0 and not world.reports and not channel.survivors:
+            if len(channel.done) == world.np or \
+                    outcome.returncode == 0 and not world.reports and not channel.survivors:
                 if number:
                     self._log(f"elastic: training finished in world {number + 1}, after "
                               f"{resets} reset{'s' if resets != 1 else ''}.")

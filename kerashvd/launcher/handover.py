@@ -141,6 +141,8 @@ class WorldChannel:
         self._store = store
         self._lock = threading.Condition()
         self._members = {}  # rank -> its open member connection
+        self._joined = 0
+        self._last_left = None  # when the last member connection closed
         self.survivors = {}
         self.synced = None
         self.done = set()
@@ -161,6 +163,14 @@ class WorldChannel:
     def is_survivor(self, rank):
         with self._lock:
             return rank in self.survivors
+
+    def all_left_for(self):
+        """Seconds since every rank that joined has ended (None while one is still there,
+        or before any joined)."""
+        with self._lock:
+            if self._members or not self._joined or self._last_left is None:
+                return None
+            return time.monotonic() - self._last_left
 
     def wait_for_members(self, timeout):
         """Waits until every member connection has closed (its rank ended), at most
@@ -183,6 +193,7 @@ class WorldChannel:
     def _member(self, conn, rank, fields, rest):
         with self._lock:
             self._members[rank] = conn
+            self._joined += 1
             kind = self.hosts_update
         if kind is not None:
             _send_quietly(conn, f"updated {kind}\n".encode())
@@ -194,6 +205,7 @@ class WorldChannel:
         with self._lock:
             if self._members.get(rank) is conn:
                 del self._members[rank]
+            self._last_left = time.monotonic()
             self._lock.notify_all()
         conn.close()
 
