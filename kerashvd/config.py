@@ -18,6 +18,14 @@ _OTHER_VARIABLES = {tf_threads.VARIABLE, gpu_pinning.VARIABLE, "KERASHVD_RESTART
                     "KERASHVD_ELASTIC"}
 # String settings: variable -> init() keyword.
 _PATH_SETTINGS = {"KERASHVD_TIMELINE": "timeline"}
+# Hierarchical collectives (ops/core/backend/mpi/mpi_hierarchical.h): init() keyword -> its
+# variable and Horovod's name for it, which is accepted too.
+HIERARCHICAL_SETTINGS = {
+    "hierarchical_allreduce": ("KERASHVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"),
+    "hierarchical_allgather": ("KERASHVD_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER"),
+}
+_HIERARCHICAL_VALUES = {"auto": "auto", "on": "on", "1": "on", "true": "on", "yes": "on",
+                        "off": "off", "0": "off", "false": "off", "no": "off"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,22 +79,52 @@ def _parse(setting, text):
     return value
 
 
+def _hierarchical_mode(text, source):
+    """'auto', 'on' or 'off' for a hierarchical setting's value (str, bool or None)."""
+    if text is None:
+        return "auto"
+    if isinstance(text, bool):
+        return "on" if text else "off"
+    mode = _HIERARCHICAL_VALUES.get(str(text).strip().lower())
+    if mode is None:
+        raise ValueError(f"{source} must be 'auto' (node by node where there are several nodes "
+                         f"and several ranks on a node), 'on' (1) or 'off' (0); received "
+                         f"{text!r}")
+    return mode
+
+
+def _hierarchical(key, overrides):
+    """The mode of one hierarchical setting: the keyword, else kerashvd's variable, else
+    Horovod's; the two variables must agree when both are set."""
+    if overrides.get(key) is not None:
+        return _hierarchical_mode(overrides[key], f"{key}")
+    ours, horovods = HIERARCHICAL_SETTINGS[key]
+    modes = {name: _hierarchical_mode(os.environ[name], name)
+             for name in (ours, horovods) if name in os.environ}
+    if len(set(modes.values())) > 1:
+        raise ValueError(f"{ours}={os.environ[ours]!r} and {horovods}={os.environ[horovods]!r} "
+                         "disagree; set one of them")
+    return next(iter(modes.values()), "auto")
+
+
 def build_config(overrides):
     """Returns a validated ``_core.Config`` from the environment and ``overrides``.
 
     Raises:
         ValueError: for an unknown ``KERASHVD_*`` variable or keyword, or a bad value.
     """
-    known = {s.variable for s in SETTINGS.values()} | _OTHER_VARIABLES | set(_PATH_SETTINGS)
+    known = ({s.variable for s in SETTINGS.values()} | _OTHER_VARIABLES | set(_PATH_SETTINGS)
+             | {ours for ours, _ in HIERARCHICAL_SETTINGS.values()})
     unknown = sorted(k for k in os.environ if k.startswith("KERASHVD_") and k not in known)
     if unknown:
         raise ValueError(
             f"Unknown kerashvd setting(s) in the environment: {', '.join(unknown)}. "
             f"Known: {', '.join(sorted(known))}.")
     tf_threads.spinning_setting()  # raises for a bad value
-    bad = sorted(set(overrides) - set(SETTINGS) - set(_PATH_SETTINGS.values()))
+    keywords = set(SETTINGS) | set(_PATH_SETTINGS.values()) | set(HIERARCHICAL_SETTINGS)
+    bad = sorted(set(overrides) - keywords)
     if bad:
-        raise ValueError(f"init() got unknown setting(s) {bad}; known: {sorted(SETTINGS)}")
+        raise ValueError(f"init() got unknown setting(s) {bad}; known: {sorted(keywords)}")
 
     config = _core.Config()
     for key, setting in SETTINGS.items():
@@ -111,6 +149,8 @@ def build_config(overrides):
                              f"received {source}")
         current = getattr(config, setting.field)
         setattr(config, setting.field, type(current)(value))
+    for key in HIERARCHICAL_SETTINGS:
+        setattr(config, key, getattr(_core.Hierarchical, _hierarchical(key, overrides)))
     for variable, key in _PATH_SETTINGS.items():
         path = overrides.get(key) or os.environ.get(variable, "")
         if path:

@@ -19,6 +19,7 @@ class EngineFlag:
     minimum: float   # ignored for str
     scale: float     # variable value = flag value * scale
     help: str
+    switch: bool = False  # a flag without value: --NAME sets "on", --no-NAME "off"
 
     @property
     def dest(self):
@@ -47,6 +48,16 @@ ENGINE_FLAGS = (
                "rank's collectives fail naming it (default 30; at least 2, as heartbeats come "
                "every second; it cannot be turned off: use e.g. 86400 to pause a rank in a "
                "debugger). Sets KERASHVD_PEER_TIMEOUT."),
+    EngineFlag("--hierarchical-allreduce", "KERASHVD_HIERARCHICAL_ALLREDUCE", str, 0, 1,
+               "allreduce node by node wherever the layout allows it: within each node over "
+               "shared memory, across nodes once per node (horovodrun's flag); "
+               "--no-hierarchical-allreduce: never. Without either, where there are several "
+               "nodes and a node runs several ranks. Sets KERASHVD_HIERARCHICAL_ALLREDUCE.",
+               switch=True),
+    EngineFlag("--hierarchical-allgather", "KERASHVD_HIERARCHICAL_ALLGATHER", str, 0, 1,
+               "allgather node by node, likewise (horovodrun's flag); "
+               "--no-hierarchical-allgather: never. Sets KERASHVD_HIERARCHICAL_ALLGATHER.",
+               switch=True),
     EngineFlag("--timeline-filename", "KERASHVD_TIMELINE", str, 0, 1,
                "path of the Chrome-trace timeline of the collectives, written by rank 0 (by every "
                "rank if the path contains {rank}). Sets KERASHVD_TIMELINE."),
@@ -82,6 +93,10 @@ def add_engine_flags(parser):
     {'KERASHVD_CYCLE_TIME': '5'}
     """
     for flag in ENGINE_FLAGS:
+        if flag.switch:
+            parser.add_argument(flag.flag, dest=flag.dest, action=argparse.BooleanOptionalAction,
+                                help=flag.help)
+            continue
         convert = str if flag.kind is str else _number_type(flag)
         metavar = "PATH" if flag.kind is str else flag.kind.__name__.upper()
         parser.add_argument(flag.flag, dest=flag.dest, type=convert, metavar=metavar,
@@ -108,7 +123,9 @@ def engine_environment(namespace):
         value = getattr(namespace, flag.dest, None)
         if value is None:
             continue
-        if flag.kind is not str and flag.scale != 1:
+        if flag.switch:
+            value = "on" if value else "off"
+        elif flag.kind is not str and flag.scale != 1:
             value = int(round(value * flag.scale))
         env[flag.variable] = _format(value)
     return env

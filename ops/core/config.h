@@ -7,6 +7,11 @@
 
 namespace kerashvd {
 
+// Whether allreduce and allgather on host memory go node by node (mpi_hierarchical.h):
+// kAuto where there are several nodes with several ranks on some node, kOn wherever the
+// layout allows it, kOff never. Numbering is part of the Python binding.
+enum class Hierarchical : int { kAuto = 0, kOff = 1, kOn = 2 };
+
 struct Config {
   // Tensors ready in the same cycle are packed into one buffer up to this many bytes.
   int64_t fusion_threshold_bytes = 128LL * 1024 * 1024;
@@ -26,6 +31,8 @@ struct Config {
   // Advise large host buffers of collectives to use transparent huge pages (huge_pages.h).
   bool huge_pages = true;
   // Write a Chrome-trace timeline here from init() on ("" = none); see timeline.h.
+  Hierarchical hierarchical_allreduce = Hierarchical::kAuto;
+  Hierarchical hierarchical_allgather = Hierarchical::kAuto;
   std::string timeline_path;
   int64_t timeline_max_bytes = 256LL * 1024 * 1024;
 };

@@ -30,6 +30,7 @@ class HugePages {
 
   explicit HugePages(bool enabled) : enabled_(enabled) {}
   void Advise(const void* data, int64_t bytes);
+  bool enabled() const { return enabled_; }
 
  private:
   bool enabled_;

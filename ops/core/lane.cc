@@ -8,6 +8,7 @@
 #include "backend/mpi/mpi_backend.h"
 #include "backend/mpi/mpi_control_plane.h"
 #include "fusion.h"
+#include "logging.h"
 #include "peer_monitor.h"
 
 namespace kerashvd {
@@ -24,8 +25,12 @@ Lane::Lane(int id, const MpiContext* comm, std::vector<int> world_ranks, const C
       host_memory_(config.huge_pages) {
   control_ = std::make_unique<MpiControlPlane>(comm_, BackstopTimeout(config.peer_timeout_seconds),
                                                abort_);
+  HierarchyPlan hierarchy = PlanHierarchy(config, *comm_);
+  if (!hierarchy.note.empty() && comm_->rank() == 0)
+    LogWarning(world_ranks_[0], (id_ == 0 ? "" : "process set " + std::to_string(id_) + ": ") +
+                                    hierarchy.note);
   auto timed = std::make_unique<TimedBackend>(
-      std::make_unique<MpiBackend>(comm_, abort_, &huge_pages_), &stats_);
+      std::make_unique<MpiBackend>(comm_, abort_, &huge_pages_, std::move(hierarchy)), &stats_);
   timed_backend_ = timed.get();
   backend_ = std::move(timed);
   control_->set_idler([this](std::chrono::microseconds nap) {

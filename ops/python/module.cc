@@ -39,6 +39,10 @@ std::shared_ptr<kerashvd::Engine> QueryEngine() {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "kerashvd engine runtime (C++).";
+  py::enum_<kerashvd::Hierarchical>(m, "Hierarchical")
+      .value("auto", kerashvd::Hierarchical::kAuto)
+      .value("off", kerashvd::Hierarchical::kOff)
+      .value("on", kerashvd::Hierarchical::kOn);
   py::class_<kerashvd::Config>(m, "Config")
       .def(py::init<>())
       .def_readwrite("fusion_threshold_bytes", &kerashvd::Config::fusion_threshold_bytes)
@@ -48,6 +52,8 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("stall_shutdown_seconds", &kerashvd::Config::stall_shutdown_seconds)
       .def_readwrite("peer_timeout_seconds", &kerashvd::Config::peer_timeout_seconds)
       .def_readwrite("huge_pages", &kerashvd::Config::huge_pages)
+      .def_readwrite("hierarchical_allreduce", &kerashvd::Config::hierarchical_allreduce)
+      .def_readwrite("hierarchical_allgather", &kerashvd::Config::hierarchical_allgather)
       .def_readwrite("timeline_path", &kerashvd::Config::timeline_path)
       .def_readwrite("timeline_max_bytes", &kerashvd::Config::timeline_max_bytes);
 

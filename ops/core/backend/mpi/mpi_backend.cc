@@ -43,6 +43,8 @@ Status MpiBackend::Allreduce(const void* send, void* recv, int64_t count, DataTy
     if (send != recv) huge_pages_->Advise(send, bytes);
     huge_pages_->Advise(recv, bytes);
   }
+  if (hierarchy_.allreduce && bytes >= hierarchy_.allreduce_min_bytes)
+    return HierarchicalAllreduce(send, recv, count, dtype, options);
   if (options.any_out_of_place && mpi_->size() == 2 && bytes >= kSplitMinBytes)
     return SplitAllreduce(send, recv, count, dtype, options);
   const void* source = send == recv ? MPI_IN_PLACE : send;
@@ -100,6 +102,7 @@ Status MpiBackend::SplitAllreduce(const void* send, void* recv, int64_t count, D
 }
 
 Status MpiBackend::Allgatherv(const void* send, void* recv, const std::vector<int64_t>& recv_bytes) {
+  if (hierarchy_.allgather) return HierarchicalAllgatherv(send, recv, recv_bytes);
   auto counts = ToCounts(recv_bytes);
   auto displs = Displacements(recv_bytes);
   MPI_Request request;

@@ -1,20 +1,26 @@
 // MpiBackend: the data plane on host memory through MPI's large-count (_c) collectives.
 // Each collective is started non-blocking and completed by spinning on MPI_Test (as a
-// blocking call would), checking the AbortFlag so a peer's death ends the wait.
+// blocking call would), checking the AbortFlag so a peer's death ends the wait. Allreduce and
+// allgather go node by node where the HierarchyPlan says so (mpi_hierarchical.h).
 #pragma once
 
+#include "../../fusion.h"
 #include "../../huge_pages.h"
 #include "../backend.h"
 #include "../../abort_flag.h"
 #include "mpi_context.h"
+#include "mpi_hierarchical.h"
 
 namespace kerashvd {
 
 class MpiBackend : public Backend {
  public:
   // `huge_pages` (optional) is told about large buffers before MPI streams through them.
-  MpiBackend(const MpiContext* mpi, const AbortFlag* abort, HugePages* huge_pages = nullptr)
-      : mpi_(mpi), abort_(abort), huge_pages_(huge_pages) {}
+  // `hierarchy`: PlanHierarchy's answer for `mpi` (default: everything flat).
+  MpiBackend(const MpiContext* mpi, const AbortFlag* abort, HugePages* huge_pages = nullptr,
+             HierarchyPlan hierarchy = {})
+      : mpi_(mpi), abort_(abort), huge_pages_(huge_pages), hierarchy_(std::move(hierarchy)),
+        scratch_(huge_pages && huge_pages->enabled()) {}
   const char* name() const override { return "MPI"; }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                    const ReduceOptions& options) override;
@@ -32,10 +38,17 @@ class MpiBackend : public Backend {
  private:
   Status SplitAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
                         const ReduceOptions& options);
+  // Node by node (mpi_hierarchical.cc); only where hierarchy_ says so.
+  Status HierarchicalAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
+                               const ReduceOptions& options);
+  Status HierarchicalAllgatherv(const void* send, void* recv,
+                                const std::vector<int64_t>& recv_bytes);
   Status Finish(int rc, MPI_Request* request, const char* what);
   const MpiContext* mpi_;
   const AbortFlag* abort_;
   HugePages* huge_pages_;
+  const HierarchyPlan hierarchy_;
+  FusionBuffer scratch_;  // the hierarchical collectives' staging memory
 };
 
 }  // namespace kerashvd

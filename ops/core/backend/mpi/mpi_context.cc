@@ -96,14 +96,8 @@ Status MpiContext::Describe() {
       MpiStatus(MPI_Comm_split(comm_, local_rank_, rank_, &cross), "MPI_Comm_split"));
   MPI_Comm_rank(cross, &cross_rank_);
   MPI_Comm_size(cross, &cross_size_);
-  MPI_Comm_free(&local);
-  MPI_Comm_free(&cross);
-  // Largest and smallest local size in one allreduce: MAX of (size, -size).
-  int local_sizes[2] = {local_size_, -local_size_};
-  KERASHVD_RETURN_IF_ERROR(MpiStatus(
-      MPI_Allreduce(MPI_IN_PLACE, local_sizes, 2, MPI_INT, MPI_MAX, comm_), "MPI_Allreduce"));
-  homogeneous_ = local_sizes[0] == -local_sizes[1];
-  return Status::Ok();
+  // Also answers is_homogeneous(); keeps the two communicators where there is a hierarchy.
+  return MpiNodes::Create(comm_, local, cross, &nodes_, &homogeneous_);
 }
 
 MpiContext::~MpiContext() {

@@ -14,6 +14,7 @@
 
 #include "../../status.h"
 #include "../../types.h"
+#include "mpi_nodes.h"
 
 namespace kerashvd {
 
@@ -34,6 +35,9 @@ class MpiContext {
   // Whether every host runs the same number of ranks (the same answer on every rank).
   bool homogeneous() const { return homogeneous_; }
   bool threads_supported() const { return thread_level_ == MPI_THREAD_MULTIPLE; }
+  // The ranks grouped by node, with a communicator per level; null without a hierarchy (one
+  // node, or one rank per node). Used by this context's lane only (hierarchical collectives).
+  const MpiNodes* nodes() const { return nodes_.get(); }
 
  private:
   MpiContext() = default;
@@ -43,6 +47,7 @@ class MpiContext {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
   int thread_level_ = MPI_THREAD_SINGLE;
   bool homogeneous_ = true;
+  std::unique_ptr<MpiNodes> nodes_;
 };
 
 // After a peer failure MPI cannot be used again in this process: no finalize at exit (it would
