@@ -175,15 +175,24 @@ def test_a_killed_rank_leaves_a_smaller_world_that_finishes():
 
 
 def test_fewer_slots_than_min_np_end_the_job_naming_hosts_and_failures():
-    settings = ElasticSettings(FixedHosts([Host("a", 2), Host("b", 1)]), np=3, min_np=3,
-                               timeout=0.3)
+    # Fixed hosts cannot change: no waiting.
+    settings = ElasticSettings(FixedHosts([Host("a", 2), Host("b", 1)]), np=3, min_np=3)
     started = time.monotonic()
     code, sizes, log = drive(settings, lambda w: end(w, failed=[2], survivors=[0, 1]))
     assert time.monotonic() - started < 5
     assert (code, sizes) == (137, [3]), log
+    assert "elastic: fewer than --min-np 3 slots and -H lists the same hosts for ever (usable " \
+           "now: a:2; left out after failures: b; from -H); giving up.\n  world 1 (3 ranks " \
+           "on a:2,b:1) ended: rank 2 was killed by signal 9 (SIGKILL) (on b)" in log, log
+    # Discovery could bring hosts: it waits for --elastic-timeout.
+    settings = ElasticSettings(Hosts(Host("a", 2), Host("b", 1)), np=3, min_np=3,
+                               timeout=0.3, interval=0.05)
+    code, sizes, log = drive(settings, lambda w: end(w, failed=[2], survivors=[0, 1], code=4))
+    assert (code, sizes) == (4, [3]), log
+    assert "elastic: waiting up to 0.3 s for 3 slots (--min-np); usable now: a:2; left out " \
+           "after failures: b." in log
     assert "elastic: fewer than --min-np 3 slots for --elastic-timeout 0.3 s (usable now: " \
-           "a:2; left out after failures: b; from -H); giving up.\n  world 1 (3 ranks on " \
-           "a:2,b:1) ended: rank 2 was killed by signal 9 (SIGKILL) (on b)" in log, log
+           "a:2; left out after failures: b; from the test's hosts); giving up." in log, log
 
 
 def test_the_reset_limit_ends_the_job():

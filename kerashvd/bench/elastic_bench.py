@@ -3,7 +3,8 @@
 Started without a launcher, it runs itself under ``kerashvdrun --min-np N --max-np N`` (the
 elastic mode, so every commit includes its host check: one broadcast), and each rank trains
 inside ``hvd.elastic.run``. For each model, the configurations take turns over several rounds
-(``fit`` of ``--steps`` batches each), so that the machine's drift does not bias them:
+(``fit`` of ``--steps`` batches each; the order rotates from round to round), so that the
+machine's drift does not bias them:
 
   none     no commit
   every    ``CommitStateCallback(state)``: a commit after every batch
@@ -90,8 +91,8 @@ def _worker(args):
         @hvd.elastic.run
         def measure(state):
             timer = StepTimes()
-            for _ in range(args.rounds):
-                for config, every in CONFIGS:
+            for round_ in range(args.rounds):
+                for config, every in CONFIGS[round_ % 3:] + CONFIGS[:round_ % 3]:
                     callbacks = [timer] + ([hvd.elastic.CommitStateCallback(state, every)]
                                            if every else [])
                     model.fit(data, steps_per_epoch=args.steps, epochs=1, verbose=0,

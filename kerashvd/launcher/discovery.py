@@ -40,6 +40,8 @@ class ScriptDiscovery:
     ``[Host(name='node1', slots=2), Host(name='node2', slots=4)]``.
     """
 
+    fixed = False
+
     def __init__(self, path, slots_per_host=1, timeout=DEFAULT_SCRIPT_TIMEOUT):
         self.path = path
         self.slots_per_host = slots_per_host
@@ -76,7 +78,12 @@ class ScriptDiscovery:
 
 
 class FixedHosts:
-    """The same hosts every time (``-H`` or ``--hostfile`` in elastic mode)."""
+    """The same hosts every time (``-H`` or ``--hostfile`` in elastic mode).
+
+    ``fixed`` tells the driver that no host will come: it gives up at once, rather than
+    waiting, when failures leave too few slots."""
+
+    fixed = True
 
     def __init__(self, hosts, source="-H"):
         self.hosts = list(hosts)

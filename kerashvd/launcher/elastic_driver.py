@@ -7,7 +7,8 @@ last commit (``handover.py`` explains that protocol). The loop, in the launcher'
 
 1. Wait until the usable hosts (discovery's list minus what failures took, ``host_pool.py``)
    have enough slots: ``-np`` for the first world, ``--min-np`` for the later ones; at most
-   ``--elastic-timeout`` seconds, then give up naming the hosts and every world's end.
+   ``--elastic-timeout`` seconds (not at all after a failure with fixed hosts, which cannot
+   change), then give up naming the hosts and every world's end.
 2. Start world ``W`` on them (hosts in order, up to ``--max-np`` ranks), every rank with
    ``KERASHVD_RESTART_COUNT=W`` and ``KERASHVD_ELASTIC`` (this world's report server).
 3. While it runs, a thread runs discovery about once a second. When it gives hosts for another
@@ -236,7 +237,9 @@ class ElasticDriver:
 
     def _wait_for_slots(self, needed, signals, flag, ends):
         """The next world's plan once it has ``needed`` ranks; None on a signal."""
-        deadline = time.monotonic() + self.settings.timeout
+        fixed = getattr(self.settings.discovery, "fixed", False)
+        timeout = 0.0 if fixed and ends else self.settings.timeout  # no host can come
+        deadline = time.monotonic() + timeout
         told = False
         while True:
             with self._lock:
@@ -250,14 +253,15 @@ class ElasticDriver:
                     (f"; left out after failures: {', '.join(lost)}" if lost else ""))
             if time.monotonic() > deadline:
                 history = "".join(f"\n  {line}" for line in ends)
+                waited = (f"and {self.settings.discovery.describe()} lists the same hosts "
+                          "for ever" if not timeout else
+                          f"for --elastic-timeout {timeout:g} s")
                 raise _GiveUp(
-                    f"fewer than {flag} {needed} slot{'s' if needed != 1 else ''} for "
-                    "--elastic-timeout "
-                    f"{self.settings.timeout:g} s ({have}; from "
-                    f"{self.settings.discovery.describe()}); giving up.{history}",
-                    self._last_code)
+                    f"fewer than {flag} {needed} slot{'s' if needed != 1 else ''} {waited} "
+                    f"({have}; from {self.settings.discovery.describe()}); giving up."
+                    f"{history}", self._last_code)
             if not told:
-                self._log(f"elastic: waiting up to {self.settings.timeout:g} s for {needed} "
+                self._log(f"elastic: waiting up to {timeout:g} s for {needed} "
                           f"slot{'s' if needed != 1 else ''} ({flag}); {have}.")
                 told = True
             time.sleep(0.1)
