@@ -46,6 +46,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # the recipes' helper modules, also when imported from elsewhere
     sys.path.insert(0, _HERE)
 
+import resume_checkpoint  # noqa: E402  (imports kerashvd, not TensorFlow)
+
 # --tiny: seconds-long runs on tiny images for tests; DEFAULTS: the real thing.
 TINY = {"image_size": 64, "batch_size": 4, "epochs": 1, "steps_per_epoch": 3,
         "warmup_epochs": 1}
@@ -94,15 +96,7 @@ def parse_args(argv):
                        help="compress gradients to float16 for the allreduce")
     train.add_argument("--backward-passes-per-step", type=int, default=1,
                        help="accumulate gradients of this many batches locally per update")
-    train.add_argument("--checkpoint-dir",
-                       help="rank 0 saves model-EPOCH.keras here every epoch; a rerun resumes")
-    train.add_argument("--save-every", type=int, metavar="BATCHES",
-                       help="also save every this many batches inside an epoch")
-    train.add_argument("--keep", type=int, default=2,
-                       help="keep the newest this many checkpoint files (default 2)")
-    train.add_argument("--require-checkpoint", action="store_true",
-                       help="fail instead of starting from scratch when --checkpoint-dir holds "
-                            "no checkpoint (for resubmitted jobs)")
+    resume_checkpoint.add_arguments(train, keep=2)
     train.add_argument("--log-csv",
                        help="rank 0 appends one row per epoch (loss, accuracy, lr, images/s)")
     train.add_argument("--seed", type=int, default=1234)
@@ -252,7 +246,6 @@ def main(argv=None):
     import keras
 
     import kerashvd as hvd
-    from resume_checkpoint import restore_latest
     from training_log import EpochLog
 
     hvd.init()
@@ -261,8 +254,8 @@ def main(argv=None):
     global_batch = args.batch_size * hvd.size()
     peak_lr = args.base_lr * global_batch / 256
     model = compile_model(args, peak_lr)
-    initial_epoch, initial_step = restore_latest(model, args.checkpoint_dir, steps,
-                                                 required=args.require_checkpoint)
+    initial_epoch, initial_step = resume_checkpoint.restore_latest(
+        model, args.checkpoint_dir, steps, required=args.require_checkpoint)
     if initial_epoch >= args.epochs:
         if hvd.rank() == 0:
             print(f"Nothing to do: {initial_epoch} epoch(s) done, --epochs {args.epochs}")
@@ -277,11 +270,7 @@ def main(argv=None):
     if val is not None:
         callbacks.append(hvd.callbacks.DistributedValidationCallback())
     callbacks += [hvd.callbacks.MetricAverageCallback(), log]
-    if args.checkpoint_dir:
-        checkpoint = hvd.callbacks.ModelCheckpoint(
-            os.path.join(args.checkpoint_dir, "model-{epoch:03d}.keras"),
-            save_freq=args.save_every or "epoch", max_to_keep=args.keep)
-        callbacks += [checkpoint, hvd.callbacks.PreemptionCallback(checkpoint)]
+    callbacks += resume_checkpoint.callbacks(args)
     # Validation reads each rank's files once, a dataset of unknown length: Keras warns when
     # it ends (training repeats forever, so the warning can only come from validation).
     warnings.filterwarnings("ignore", message="Your input ran out of data")

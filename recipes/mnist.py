@@ -36,6 +36,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # the recipes' helper modules, also when imported from elsewhere
     sys.path.insert(0, _HERE)
 
+import resume_checkpoint  # noqa: E402  (imports kerashvd, not TensorFlow)
+
 TINY = {"epochs": 2, "batch_size": 32, "warmup_epochs": 1}
 DEFAULTS = {"epochs": 8, "batch_size": 64, "warmup_epochs": 3}
 
@@ -52,15 +54,7 @@ def parse_args(argv):
                    help="Adam learning rate for one rank; scaled by the number of ranks")
     p.add_argument("--warmup-epochs", type=int,
                    help=f"epochs of learning-rate warmup (default {DEFAULTS['warmup_epochs']})")
-    p.add_argument("--checkpoint-dir",
-                   help="rank 0 saves a checkpoint here every epoch; a rerun resumes from it")
-    p.add_argument("--save-every", type=int, metavar="BATCHES",
-                   help="also save every this many batches inside an epoch")
-    p.add_argument("--keep", type=int, default=3,
-                   help="keep the newest this many checkpoint files (default 3)")
-    p.add_argument("--require-checkpoint", action="store_true",
-                   help="fail instead of starting from scratch when --checkpoint-dir holds no "
-                        "checkpoint (for resubmitted jobs)")
+    resume_checkpoint.add_arguments(p, keep=3)
     p.add_argument("--log-csv",
                    help="rank 0 appends one row per epoch here (loss, accuracy, lr, images/s, ...)")
     p.add_argument("--seed", type=int, default=1234)
@@ -144,7 +138,6 @@ def main(argv=None):
     import keras
 
     import kerashvd as hvd
-    from resume_checkpoint import restore_latest
     from training_log import EpochLog
 
     hvd.init()
@@ -156,9 +149,9 @@ def main(argv=None):
     model = build_model()
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(lr)),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    initial_epoch, initial_step = restore_latest(model, args.checkpoint_dir, steps,
-                                                 input_shape=(None, 28, 28, 1),
-                                                 required=args.require_checkpoint)
+    initial_epoch, initial_step = resume_checkpoint.restore_latest(
+        model, args.checkpoint_dir, steps, input_shape=(None, 28, 28, 1),
+        required=args.require_checkpoint)
     if initial_epoch >= args.epochs:
         if hvd.rank() == 0:
             print(f"Nothing to do: {initial_epoch} epoch(s) done, --epochs {args.epochs}")
@@ -172,11 +165,7 @@ def main(argv=None):
         hvd.callbacks.MetricAverageCallback(),
         EpochLog(args.batch_size, csv_path=args.log_csv),
     ]
-    if args.checkpoint_dir:
-        checkpoint = hvd.callbacks.ModelCheckpoint(
-            os.path.join(args.checkpoint_dir, "model-{epoch:03d}.keras"),
-            save_freq=args.save_every or "epoch", max_to_keep=args.keep)
-        callbacks += [checkpoint, hvd.callbacks.PreemptionCallback(checkpoint)]
+    callbacks += resume_checkpoint.callbacks(args)
     history = hvd.callbacks.fit_resumable(
         model, train_batches, epochs=args.epochs, steps_per_epoch=steps,
         initial_epoch=initial_epoch, initial_step=initial_step, validation_data=val,

@@ -1,6 +1,37 @@
-"""Resuming a recipe from the latest checkpoint that ``hvd.callbacks.ModelCheckpoint`` wrote."""
+"""The recipes' checkpoints: their options, their callbacks, and resuming from the latest.
+
+Used by recipes/mnist.py and recipes/imagenet.py alike (README, "Resuming and preemption").
+"""
+
+import os
 
 import kerashvd as hvd
+
+
+def add_arguments(parser, keep):
+    """Adds ``--checkpoint-dir``, ``--save-every``, ``--keep`` (default ``keep``) and
+    ``--require-checkpoint`` to ``parser`` (a parser or an argument group)."""
+    parser.add_argument("--checkpoint-dir",
+                        help="rank 0 saves model-EPOCH.keras here every epoch and on SLURM's "
+                             "walltime or preemption signal; a rerun resumes from it")
+    parser.add_argument("--save-every", type=int, metavar="BATCHES",
+                        help="also save every this many batches inside an epoch")
+    parser.add_argument("--keep", type=int, default=keep,
+                        help=f"keep the newest this many checkpoint files (default {keep})")
+    parser.add_argument("--require-checkpoint", action="store_true",
+                        help="fail instead of starting from scratch when --checkpoint-dir holds "
+                             "no checkpoint (for resubmitted jobs)")
+
+
+def callbacks(args):
+    """The saving callbacks for the options of :func:`add_arguments` (none without a
+    directory): a ``ModelCheckpoint`` and the ``PreemptionCallback`` that saves through it."""
+    if not args.checkpoint_dir:
+        return []
+    checkpoint = hvd.callbacks.ModelCheckpoint(
+        os.path.join(args.checkpoint_dir, "model-{epoch:03d}.keras"),
+        save_freq=args.save_every or "epoch", max_to_keep=args.keep)
+    return [checkpoint, hvd.callbacks.PreemptionCallback(checkpoint)]
 
 
 def restore_latest(model, checkpoint_dir, steps_per_epoch, input_shape=None, required=False):
