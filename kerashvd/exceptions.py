@@ -33,9 +33,9 @@ class HorovodInternalError(RuntimeError):
 class HostsUpdatedInterrupt(RuntimeError):
     """Horovod elastic's signal that hosts were added or removed while training ran.
 
-    kerashvd has no elastic mode yet: nothing in kerashvd raises this. It exists so that code
-    written for Horovod's elastic API (``except hvd.HostsUpdatedInterrupt``) imports and runs,
-    and for the elastic support to come.
+    Raised by ``state.commit()`` (``check_host_updates()``) under ``kerashvdrun``'s elastic
+    mode, on every rank at the same commit, when host discovery found hosts for another world;
+    ``hvd.elastic.run`` handles it (see ``kerashvd.elastic``).
 
     Args:
         skip_sync: True when the hosts changed without any rank failing, so the state need not
