@@ -9,10 +9,12 @@ Modules, one concept each (none imports TensorFlow):
 - ``job``: running one job to its end and stopping it; ``restarts``: starting a failed job
   again (``kerashvdrun --max-restarts``); ``reports``: the ranks' failure reports;
   ``exit_status``: exit codes in words.
-- Elastic mode (``--min-np``/``--max-np``/``--host-discovery-script``): ``elastic_driver``
-  (worlds of changing size), ``discovery`` (where ranks may run), ``host_pool`` (what failures
-  took, the next world's layout), ``handover`` (the launcher's end of the protocol that
-  carries a commit from one world to the next; the ranks' end is ``kerashvd.elastic``).
+- Elastic mode (``--min-np``/``--max-np``/``--host-discovery-script``): ``elastic_options``
+  (its flags), ``elastic_driver`` (worlds of changing size), ``discovery`` (where ranks may
+  run), ``host_pool`` (what failures took, the next world's layout), ``handover`` (the
+  launcher's end of the protocol that carries a commit from one world to the next; the
+  ranks' end is ``kerashvd.elastic``).
+- ``arg_types``: the flags' argparse types.
 - ``_supervisor.py`` and ``_worker.py``: scripts each rank runs (standard library only, and
   cloudpickle for the worker).
 """

@@ -10,7 +10,6 @@ Example::
 """
 
 import argparse
-import math
 import os
 import queue
 import re
@@ -19,13 +18,13 @@ import shutil
 import sys
 
 from . import command as _command
-from .discovery import DiscoveryError, FixedHosts, ScriptDiscovery, SlurmAllocation
-from .elastic_driver import DEFAULT_TIMEOUT, ElasticDriver, ElasticSettings, World
+from .arg_types import non_negative_int, port, positive_int, positive_seconds, seconds
+from .elastic_driver import ElasticDriver
+from .elastic_options import add_elastic_flags, elastic_dry_run, elastic_settings, is_elastic
 from .engine_flags import add_engine_flags, engine_environment
 from .errors import LaunchError
-from .handover import VARIABLE as ELASTIC_VARIABLE, CommitStore, WorldChannel
-from .host_pool import HostPool
-from .hosts import Host, check_slots, is_local, parse_hostfile, parse_hosts
+from .handover import VARIABLE as ELASTIC_VARIABLE
+from .hosts import check_slots, is_local, parse_hostfile, parse_hosts
 from .job import JobOutcome, run_job
 from .mpiexec import find_mpiexec
 from .reports import ReportServer
@@ -69,56 +68,13 @@ examples:
 """
 
 
-def _int_at_least(minimum):
-    """An argparse type: an integer >= ``minimum``."""
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < minimum:
-            raise argparse.ArgumentTypeError(
-                f"expected an integer >= {minimum}, received {text!r}")
-        return value
-    return parse
-
-
-_positive_int = _int_at_least(1)
-_non_negative_int = _int_at_least(0)
-
-
-def _port(text):
-    value = _positive_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"expected a port from 1 to 65535, received {text!r}")
-    return value
-
-
-def _seconds(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(
-            f"expected a finite number of seconds >= 0, received {text!r}")
-    return value
-
-
-def _positive_seconds(text):
-    value = _seconds(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, received {text!r}")
-    return value
-
-
 def build_parser():
     """Returns the ``argparse`` parser of ``kerashvdrun`` (its ``--help`` lists every flag)."""
     parser = argparse.ArgumentParser(
         prog="kerashvdrun", description=_DESCRIPTION, epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "-np", "--num-proc", dest="np", type=_positive_int, metavar="NP",
+        "-np", "--num-proc", dest="np", type=positive_int, metavar="NP",
         help="number of processes (ranks) to start; under SLURM defaults to SLURM_NTASKS")
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
@@ -154,57 +110,30 @@ def build_parser():
     ssh = parser.add_argument_group(
         "ssh (for hosts in -H or --hostfile other than this one; ssh runs with "
         "BatchMode=yes: no password or host-key prompts)")
-    ssh.add_argument("--ssh-port", type=_port, metavar="PORT",
+    ssh.add_argument("--ssh-port", type=port, metavar="PORT",
                      help="the hosts' ssh port (ssh -p). Default: ssh's (22, or the ssh config)")
     ssh.add_argument("--ssh-identity-file", metavar="FILE",
                      help="the private key to log in with (ssh -i)")
     ssh.add_argument("--ssh-config-file", metavar="FILE",
                      help="an ssh client configuration to use instead of ~/.ssh/config (ssh -F)")
-    ssh.add_argument("--ssh-connect-timeout", type=_positive_seconds, metavar="SECONDS",
+    ssh.add_argument("--ssh-connect-timeout", type=positive_seconds, metavar="SECONDS",
                      default=DEFAULT_CONNECT_TIMEOUT,
                      help="seconds to wait for a host to accept the ssh connection before "
                           f"naming it unreachable (default {DEFAULT_CONNECT_TIMEOUT:g})")
     restarts = parser.add_argument_group(
         "restarts (torchrun's --max-restarts; the script resumes from its own checkpoint)")
     restarts.add_argument(
-        "--max-restarts", type=_non_negative_int, default=0, metavar="N",
+        "--max-restarts", type=non_negative_int, default=0, metavar="N",
         help="when the job fails (a rank exits non-zero or is killed), stop every rank and "
              "start them all again, up to N times; every rank gets "
              f"{RESTART_VARIABLE}=0 on the first attempt, 1 on the first restart, ... "
              "A job stopped with Ctrl-C or SIGTERM is not restarted. Default: 0 (never)")
     restarts.add_argument(
-        "--restart-delay", type=_seconds, default=DEFAULT_DELAY, metavar="SECONDS",
+        "--restart-delay", type=seconds, default=DEFAULT_DELAY, metavar="SECONDS",
         help="seconds to wait after a failed attempt's ranks have all ended before starting "
              f"the next (default {DEFAULT_DELAY:g}: time for GPU memory, ports and files the "
              "dead ranks held to be released)")
-    elastic = parser.add_argument_group(
-        "elastic mode (Horovod's; the script trains under hvd.elastic.run): on by any of "
-        "--min-np, --max-np, --host-discovery-script")
-    elastic.add_argument(
-        "--min-np", type=_positive_int, metavar="N",
-        help="the fewest ranks the job goes on with after ranks or hosts are lost; fewer "
-             "for --elastic-timeout seconds end the job. Default: -np")
-    elastic.add_argument(
-        "--max-np", type=_positive_int, metavar="N",
-        help="the most ranks the job grows to when hosts come. Default: every slot of the "
-             "hosts found")
-    elastic.add_argument(
-        "--host-discovery-script", metavar="PATH",
-        help="an executable printing the hosts that may run ranks now, one a line "
-             "('node1:4', 'node1 slots=4' or 'node1'); run about once a second. Without it "
-             "the hosts are -H/--hostfile, the SLURM allocation's nodes, or this machine")
-    elastic.add_argument(
-        "--slots-per-host", type=_positive_int, metavar="N",
-        help="slots of a host the discovery script prints without a count (default 1), and "
-             "of each node of a SLURM allocation (default: its tasks)")
-    elastic.add_argument(
-        "--elastic-timeout", type=_positive_seconds, metavar="SECONDS",
-        help="how long to wait for enough slots (-np at the start, --min-np after a reset) "
-             f"before giving up (default {DEFAULT_TIMEOUT:g})")
-    elastic.add_argument(
-        "--reset-limit", type=_non_negative_int, metavar="N",
-        help="the most resets (new worlds after the first) before the job gives up. "
-             "Default: no limit")
+    add_elastic_flags(parser)
     add_engine_flags(parser.add_argument_group(
         "engine settings (become KERASHVD_* variables in every rank, read by kerashvd.init())"))
     parser.add_argument(
@@ -245,7 +174,7 @@ def _plan(parser, args):
             np = int(ntasks)
     if np is None:
         parser.error("-np is required: give the number of processes, e.g. -np 2"
-                     + (" (or --min-np in elastic mode)" if _is_elastic(args) else ""))
+                     + (" (or --min-np in elastic mode)" if is_elastic(args) else ""))
     hosts = None
     try:
         if args.hosts is not None:
@@ -267,50 +196,6 @@ def _plan(parser, args):
     except ValueError as err:  # e.g. "No closing quotation"
         parser.error(f"--mpi-args {args.mpi_args!r}: {err}")
     return np, hosts, slurm
-
-
-def _is_elastic(args):
-    return args.min_np is not None or args.max_np is not None or \
-        args.host_discovery_script is not None
-
-
-def _elastic_settings(parser, args, np, hosts, slurm):
-    """The :class:`ElasticSettings` of an elastic run, checked; None without elastic flags."""
-    if not _is_elastic(args):
-        given = [flag for flag, value in (("--slots-per-host", args.slots_per_host),
-                                          ("--elastic-timeout", args.elastic_timeout),
-                                          ("--reset-limit", args.reset_limit)) if value is not None]
-        if given:
-            parser.error(f"{', '.join(given)} only apply in elastic mode: add --min-np, "
-                         "--max-np or --host-discovery-script")
-        return None
-    min_np = args.min_np if args.min_np is not None else np
-    if args.max_restarts:
-        parser.error("--max-restarts does not combine with the elastic mode, which restarts "
-                     "by itself: use --reset-limit to cap its resets")
-    if min_np > np or (args.max_np is not None and np > args.max_np):
-        parser.error(f"the elastic mode needs --min-np <= -np <= --max-np; received "
-                     f"--min-np {min_np}, -np {np}, --max-np {args.max_np}")
-    script = args.host_discovery_script
-    if script is not None:
-        if hosts is not None:
-            parser.error("give the hosts with --host-discovery-script or with -H/--hostfile, "
-                         "not both")
-        if not (os.path.isfile(script) and os.access(script, os.X_OK)):
-            parser.error(f"--host-discovery-script {script!r} is not an executable file "
-                         "(chmod +x it, or check the path)")
-        discovery = ScriptDiscovery(script, args.slots_per_host or 1)
-    elif hosts is not None:
-        discovery = FixedHosts(hosts, "-H" if args.hosts is not None else "--hostfile")
-    elif slurm:
-        try:
-            discovery = SlurmAllocation(args.slots_per_host)
-        except DiscoveryError as err:
-            parser.error(str(err))
-    else:
-        discovery = FixedHosts([Host("localhost", args.max_np or np)], "this machine")
-    return ElasticSettings(discovery, np, min_np, args.max_np,
-                           args.elastic_timeout or DEFAULT_TIMEOUT, args.reset_limit)
 
 
 def main(argv=None):
@@ -336,7 +221,7 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     np, hosts, slurm = _plan(parser, args)
-    elastic = _elastic_settings(parser, args, np, hosts, slurm)
+    elastic = elastic_settings(parser, args, np, hosts, slurm)
     env = engine_environment(args)
     env.update(_variables(parser, args.variables))
     try:
@@ -408,7 +293,7 @@ def main(argv=None):
     if elastic is not None:
         try:
             if args.dry_run:
-                return _elastic_dry_run(elastic, run_attempt)
+                return elastic_dry_run(elastic, run_attempt)
             return ElasticDriver(elastic, run_world, log).run()
         except LaunchError as err:
             print(f"kerashvdrun: error: {err}", file=sys.stderr, flush=True)
@@ -433,22 +318,6 @@ def main(argv=None):
         print(f"kerashvdrun: error: could not start {launcher}: {err}", file=sys.stderr)
         return 2
     return outcome.exit_code
-
-
-def _elastic_dry_run(settings, run_attempt):
-    """Prints the command of the first elastic world, on the hosts found now."""
-    pool = HostPool()
-    try:
-        pool.update(settings.discovery.find())
-    except DiscoveryError as err:
-        raise LaunchError(str(err)) from None
-    plan = pool.plan(settings.max_np)
-    if sum(h.slots for h in plan) < settings.np:
-        raise LaunchError(f"{settings.discovery.describe()} gives {sum(h.slots for h in plan)} "
-                          f"slot(s), fewer than the {settings.np} the first world needs")
-    with CommitStore() as store:
-        world = World(0, plan, WorldChannel(store), settings.handover_grace, None, None)
-        return run_attempt(None, 0, None, world).exit_code
 
 
 if __name__ == "__main__":
