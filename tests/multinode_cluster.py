@@ -210,6 +210,17 @@ class NoNetworkNamespaces(RuntimeError):
 # the nodes still shared this machine's boot id and UCX connected them through shared memory
 # (see the module docstring). Not what the tests test: such a start is tried again
 # (:meth:`retry_start`).
+# MPI between the nodes goes over libfabric's tcp provider (MPICH's ofi netmod), not MPICH's
+# default UCX: on these namespace nodes UCX's TCP transport failed or hung now and then when the
+# machine was loaded (a CI-style run: "no active messages transport to <mangled address>" after
+# "increase UCX_TCP_MAX_CONN_RETRIES" in MPI_Init; srun jobs of 3 ranks on 2-3 nodes that
+# printed nothing for 300-600 s), while the same tests over ofi/tcp did not. A real cluster picks
+# its fabric's transport (UCX on InfiniBand); what these tests check is kerashvd across a
+# network, which either transport gives. Every job on the nodes gets these variables: the SLURM
+# nodes through MultiNodeCluster.env, the ssh nodes through SshNodes.command (hydra passes them
+# to the ranks of every host).
+NODE_MPI_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}
+
 START_FLAKE = re.compile(r"mpi/pmi2: invalid client request|UCX  ERROR|UCP_OBJECT_VERSION")
 START_ATTEMPTS = 5
 
@@ -360,6 +371,7 @@ class MultiNodeCluster(SlurmCluster):
         self.host = socket.gethostname().split(".")[0]
         self._mnt_inodes = {}  # node -> its slurmd's mount namespace inode
         self.node_segments = {}  # node -> MPICH segments in its /dev/shm at teardown
+        self.env.update(NODE_MPI_ENV)
 
     # -- configuration and daemons ------------------------------------------------------------
 

@@ -119,6 +119,8 @@ class SlurmCluster:
         full_env = dict(self.env, **(env or {}))
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
+        if kwargs["text"]:  # MPI's own error lines may hold raw bytes (UCX prints addresses)
+            kwargs.setdefault("errors", "replace")
         return subprocess.run(argv, env=full_env, timeout=timeout, **kwargs)
 
     def sbatch(self, script, *args, env=None, chdir=None, options=()):

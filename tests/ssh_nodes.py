@@ -51,7 +51,7 @@ import sys
 import time
 
 from kerashvd.launcher import shm_segments
-from multinode_cluster import NodeNetwork, _cmdline, _ns_inode
+from multinode_cluster import NODE_MPI_ENV, NodeNetwork, _cmdline, _ns_inode
 from slurm_cluster import _die_with_pytest, _find
 
 _TOOLS = ("sshd", "ssh", "ssh-keygen", "ip", "nsenter", "unshare")
@@ -183,7 +183,7 @@ class SshNodes:
         """The argv that runs ``argv`` on ``node``: in its sshd's network, UTS and mount
         namespaces (its name, address and /dev/shm), as a login there would."""
         return [_find("nsenter"), "-t", str(self._daemons[node].pid), "--net", "--uts",
-                "--mount", "--", *argv]
+                "--mount", "--", "env", *(f"{k}={v}" for k, v in NODE_MPI_ENV.items()), *argv]
 
     def run(self, node, argv, env=None, timeout=120, **kwargs):
         """``subprocess.run`` of ``argv`` on ``node``, text output captured."""

@@ -304,6 +304,21 @@ def test_srun_command_takes_the_job_shape_and_the_users_options():
     assert head({}, env={"A": "1", "B": "x y"})[1] == ["env", "A=1", "B=x y", "python", "t.py"]
 
 
+def _step_daemons(job):
+    """Pids of the slurmstepd processes of ``job`` (their title is "slurmstepd: [JOB.STEP]")."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                title = f.read().replace(b"\0", b" ")
+        except OSError:
+            continue  # not a process, or gone
+        if title.startswith(b"slurmstepd") and (f"[{job}.".encode() in title
+                                                or f"[{job}]".encode() in title):
+            pids.append(int(entry))
+    return pids
+
+
 def wait_through_requeue(cluster, job, timeout=600):
     """``cluster.wait(job)``, but a requeued job starts again at once: SLURM holds a requeued
     job for about two minutes (``Reason=BeginTime``) and then waits for its next scheduling
@@ -311,7 +326,12 @@ def wait_through_requeue(cluster, job, timeout=600):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         fields = cluster.job(job)
-        if fields.get("JobState") == "PENDING" and fields.get("Reason") == "BeginTime":
+        # Released only once every slurmstepd of the last run has exited. The next run has
+        # the same job and step ids, and an old step still ending removes its PMI-2 socket,
+        # which by then is the new step's: srun then fails at the ranks' last PMI exchange
+        # ("mpi/pmi2: failed to send temp kvs to compute nodes") and the job ends FAILED.
+        if (fields.get("JobState") == "PENDING" and fields.get("Reason") == "BeginTime"
+                and not _step_daemons(job)):
             cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], timeout=30)
         if fields.get("JobState") not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING",
                                            "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", None):
@@ -391,7 +411,7 @@ def test_template_signals_every_rank_before_the_time_limit_and_requeues(slurm_cl
                                "--time=1", "--signal=USR1@50"])
     state = wait_through_requeue(slurm_cluster, job, timeout=300)
     log = slurm_cluster.log(job)
-    assert state == "COMPLETED", log[-5000:]
+    assert state == "COMPLETED", (log[-5000:], slurm_cluster.job(job), slurm_cluster._logs())
     assert len(re.findall(r"(?m)^rank \d: SIGUSR1 \d+ s after the start", log)) == 2, log[-5000:]
     assert "requeueing (run 1 of at most 20)" in log, log[-5000:]
     assert len(re.findall(r"(?m)^rank \d: requeued run 1$", log)) == 2, log[-5000:]

@@ -27,6 +27,7 @@ ends the job as any error does (``--max-restarts`` restarts it from your checkpo
 """
 
 import functools
+import os
 import signal
 import sys
 import threading
@@ -76,7 +77,8 @@ def run(func):
             state._synced = True
             return func(state, *args, **kwargs)
         _begin(state, link)
-        previous = _stop_on_sigterm()
+        parent = os.getppid()
+        guard = _SigtermGuard(parent)
         try:
             result = func(state, *args, **kwargs)
         except HostsUpdatedInterrupt:
@@ -84,10 +86,19 @@ def run(func):
             _leave(state, link, "the hosts changed")
         except (HorovodInternalError, tf.errors.AbortedError, _WorldStopped) as err:
             _leave(state, link, f"{type(err).__name__}: {err}")
-        except BaseException:
-            _restore_sigterm(previous)
-            raise
-        _restore_sigterm(previous)
+        except BaseException as err:
+            if not guard.seen and os.getppid() == parent:
+                guard.restore()
+                raise
+            # The world is being stopped, and this error came of it: the SIGTERM's
+            # _WorldStopped may have been raised inside TensorFlow's C++ while it built the
+            # failed collective's AbortedError (pybind11 then raises a RuntimeError "MISMATCH
+            # of original and normalized active exception types"), or a print met the closed
+            # pipe of a supervisor that hydra killed (BrokenPipeError).
+            if os.getppid() != parent:
+                _silence_output()
+            _leave(state, link, f"the world was stopped ({type(err).__name__}: {err})")
+        guard.restore()
         link.report(hvd.rank(), "done")
         return result
 
@@ -100,27 +111,54 @@ class _WorldStopped(BaseException):
     training code does not swallow it."""
 
 
-def _stop_on_sigterm():
-    """Makes SIGTERM raise :class:`_WorldStopped` in the main thread, once (later ones are
-    ignored: hydra forwards one and the parent-death signal follows); returns what to give
-    :func:`_restore_sigterm`. The handler stays until the rank leaves or training returns,
-    so that no SIGTERM meets the default action between a failed collective and the
-    hand-over."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    raised = []
+def _silence_output():
+    """Points this process's stdout and stderr at /dev/null.
 
-    def stop(signum, frame):
-        if not raised:
-            raised.append(signum)
+    Under kerashvdrun a rank's output goes through pipes to its supervisor
+    (``launcher/_supervisor.py``). When hydra ends a world that lost a host it SIGKILLs the
+    supervisors, and in elastic mode the rank outlives its supervisor to hand its commit
+    over: any later write (a Keras progress bar, a print, a traceback) would raise
+    ``BrokenPipeError`` and end the rank before it could."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+class _SigtermGuard:
+    """Makes SIGTERM raise :class:`_WorldStopped` in the main thread, once (later ones are
+    ignored: hydra forwards one and the parent-death signal follows), until :meth:`restore`.
+    The handler stays until the rank leaves or training returns, so that no SIGTERM meets
+    the default action between a failed collective and the hand-over. ``seen`` tells that
+    one came: whatever error training then ends with is the world being stopped. A SIGTERM
+    that comes when the process ``parent`` (the rank's supervisor) is gone is the
+    parent-death signal: the output pipes are gone too, and are silenced first."""
+
+    def __init__(self, parent):
+        self.seen = False
+        self._parent = parent
+        self._installed = threading.current_thread() is threading.main_thread()
+        if self._installed:
+            self._previous = signal.signal(signal.SIGTERM, self._stop)
+
+    def _stop(self, signum, frame):
+        if os.getppid() != self._parent:
+            _silence_output()
+        if not self.seen:
+            self.seen = True
             raise _WorldStopped("the world is being stopped (SIGTERM)")
 
-    return signal.signal(signal.SIGTERM, stop)
-
-
-def _restore_sigterm(previous):
-    if previous is not None:
-        signal.signal(signal.SIGTERM, previous)
+    def restore(self):
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
+            self._installed = False
 
 
 def _begin(state, link):
@@ -153,7 +191,10 @@ def _leave(state, link, why):
     try:
         link.hand_over(hvd.rank(), number, make_bytes)
     except (OSError, launcher_link.LinkError) as err:
-        print(f"kerashvd: rank {hvd.rank()}: {why}, but its commit could not be handed to "
-              f"kerashvdrun: {err}", file=sys.stderr, flush=True)
+        try:
+            print(f"kerashvd: rank {hvd.rank()}: {why}, but its commit could not be handed to "
+                  f"kerashvdrun: {err}", file=sys.stderr, flush=True)
+        except OSError:
+            pass  # no output left to tell (its supervisor is gone)
         raise SystemExit(1) from None
     raise SystemExit(RESET_EXIT_CODE)

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-pytestmark = pytest.mark.keras  # no Keras, but the input side of Keras training: rerun it too
+# No Keras, but the input side of Keras training (rerun with tf_keras too), and shards that
+# 3 ranks do not divide evenly.
+pytestmark = [pytest.mark.keras, pytest.mark.sizes]
 
 # Counts include 0, 1, and counts that do not divide by 2, 3 or 4.
 COUNTS = [0, 1, 2, 7, 13]

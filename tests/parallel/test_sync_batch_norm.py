@@ -21,7 +21,7 @@ from kerashvd.keras_compat import USES_TF_KERAS, keras
 from model_styles import seeded, sequential
 from test_optimizer import _pretend_a_gpu, assert_identical_on_all_ranks
 
-pytestmark = pytest.mark.keras
+pytestmark = [pytest.mark.keras, pytest.mark.sizes]  # statistics over the global batch
 
 
 def _shards(hvd, shape, rows=lambda r: r + 2, offset=100.0, seed=0):

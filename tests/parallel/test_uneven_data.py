@@ -14,7 +14,7 @@ import tensorflow as tf
 from kerashvd.keras_compat import USES_TF_KERAS, keras
 from model_styles import sequential
 
-pytestmark = pytest.mark.keras
+pytestmark = [pytest.mark.keras, pytest.mark.sizes]  # shards that 3 ranks do not divide evenly
 
 LR, MOMENTUM, BATCH, EPOCHS = 0.05, 0.5, 4, 2
 

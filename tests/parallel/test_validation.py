@@ -9,7 +9,7 @@ import tensorflow as tf
 from kerashvd.keras_compat import USES_TF_KERAS, keras
 from model_styles import sequential
 
-pytestmark = pytest.mark.keras
+pytestmark = [pytest.mark.keras, pytest.mark.sizes]  # exact metrics over uneven shards
 NUM_SAMPLES = 23  # does not divide by 2, 3 or 4
 RTOL = 1e-6
 

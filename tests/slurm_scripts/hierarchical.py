@@ -209,8 +209,15 @@ def main():
     report = {}
     modes = args.modes.split(",")
     seconds = {"start": round(time.monotonic() - STARTED, 1)}
+    def progress(what):  # to stderr: where a rank was when a test timed out
+        print(f"rank {os.environ.get('SLURM_PROCID', '?')}: {what} "
+              f"{time.monotonic() - STARTED:.1f} s after the start", file=sys.stderr,
+              flush=True)
+
+    progress("imported TensorFlow")
     for mode in modes:
         started = time.monotonic()
+        progress(f"init ({mode})")
         hvd.init(hierarchical_allreduce=mode, hierarchical_allgather=mode)
         size, rank = hvd.size(), hvd.rank()
         hosts = hvd.allgather_object(socket.gethostname(), name=f"hosts.{mode}")
@@ -218,6 +225,7 @@ def main():
         nodes = [[r for r in range(size) if hosts[r] == h] for h in order]
         report = dict(rank=rank, size=size, host=hosts[rank], local_size=hvd.local_size(),
                       cross_size=hvd.cross_size(), nodes=nodes)
+        progress(f"battery ({mode})")
         results = battery(hvd, tf, checks, list(range(size)), nodes, None, mode, "world")
         results.update(joined(hvd, tf, checks, mode, nodes))
         if size == 4:
@@ -230,6 +238,7 @@ def main():
                                            f"set{ranks}", ("float32", "float16", "int32")))
                 hvd.remove_process_set(ps)
         by_mode[mode] = results
+        progress(f"shutdown ({mode})")
         hvd.shutdown()
         seconds[mode] = round(time.monotonic() - started, 1)
     # Exact results are the same bits in every mode; float sums too where asked.
