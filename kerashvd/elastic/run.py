@@ -122,8 +122,8 @@ def _silence_output():
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):
-            pass
+        except (AttributeError, OSError, ValueError):
+            pass  # None, closed, or its pipe already gone
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         for fd in (1, 2):
