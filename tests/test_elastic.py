@@ -157,12 +157,15 @@ def test_horovod_elastic_keras_example_grows_from_one_rank_to_two(tmp_path):
     job = Job([sys.executable, LIGHT, "--min-np", "1", "--max-np", "2",
                "--host-discovery-script", script, sys.executable,
                os.path.join(HOROVOD, "offline_mnist.py"),
-               os.path.join(HOROVOD, "keras_mnist_elastic.py"), "--batches-per-epoch", "4",
+               os.path.join(HOROVOD, "keras_mnist_elastic.py"), "--batches-per-epoch", "32",
                "--epochs", "8", "--batch-size", "16"], cwd=tmp_path, env=env)
     deadline = time.monotonic() + 180
     while not (tmp_path / "checkpoint-1.h5").exists():
         assert job.proc.poll() is None and time.monotonic() < deadline, job.output()[-6000:]
         time.sleep(0.1)
+    # The new slot is listed after epoch 1; discovery runs every second, so the 7 epochs
+    # left (32 batches each) must outlast it. With 4 batches an epoch (about 0.1 s), training
+    # had ended before the update came in one CI-style run.
     hosts.write_text("localhost:2\n")
     assert job.finish() == 0, job.output()[-6000:]
     log = job.output()
