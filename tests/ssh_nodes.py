@@ -51,7 +51,8 @@ import sys
 import time
 
 from kerashvd.launcher import shm_segments
-from multinode_cluster import NODE_MPI_ENV, NodeNetwork, _cmdline, _ns_inode
+from multinode_cluster import NODE_MPI_ENV
+from node_network import NodeNetwork, _cmdline, _ns_inode
 from slurm_cluster import _die_with_pytest, _find
 
 _TOOLS = ("sshd", "ssh", "ssh-keygen", "ip", "nsenter", "unshare")
