@@ -306,17 +306,11 @@ def test_srun_command_takes_the_job_shape_and_the_users_options():
 
 def _step_daemons(job):
     """Pids of the slurmstepd processes of ``job`` (their title is "slurmstepd: [JOB.STEP]")."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                title = f.read().replace(b"\0", b" ")
-        except OSError:
-            continue  # not a process, or gone
-        if title.startswith(b"slurmstepd") and (f"[{job}.".encode() in title
-                                                or f"[{job}]".encode() in title):
-            pids.append(int(entry))
-    return pids
+    from node_network import _cmdline
+
+    titles = {int(e): _cmdline(e) for e in os.listdir("/proc") if e.isdigit()}
+    return [pid for pid, title in titles.items() if title and title.startswith("slurmstepd")
+            and (f"[{job}." in title or f"[{job}]" in title)]
 
 
 def wait_through_requeue(cluster, job, timeout=600):
