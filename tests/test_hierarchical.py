@@ -26,7 +26,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from multinode_cluster import retry_start
+from multinode_cluster import retry_start, run_job
 from test_slurm import RANK_ENV
 
 pytestmark = [pytest.mark.mpi]
@@ -65,9 +65,8 @@ def test_hierarchical_equals_flat_across_nodes(request, layout):
     cluster = request.getfixturevalue(fixture)
 
     def launch():
-        proc = cluster.run(["srun", "--mpi=pmi2", "--kill-on-bad-exit=1", *options,
-                            sys.executable, SCRIPT, *args], env=RANK_ENV, timeout=300)
-        return proc.returncode == 0, proc.stdout + proc.stderr
+        return run_job(cluster, ["srun", "--mpi=pmi2", "--kill-on-bad-exit=1", *options,
+                                 sys.executable, SCRIPT, *args], env=RANK_ENV, timeout=240)
 
     sent = cluster.sent_bytes(cluster.nodes[-1])
     ok, output = retry_start(launch, f"srun {layout}")
