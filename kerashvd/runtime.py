@@ -39,7 +39,9 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
             ``KERASHVD_PIN_GPU`` (0 or 1) when set.
         **settings: engine settings overriding their ``KERASHVD_*`` variables:
             ``fusion_threshold_bytes``, ``cycle_time_ms``, ``cache_capacity``,
-            ``stall_check_seconds``, ``stall_shutdown_seconds``, ``peer_timeout_seconds``.
+            ``stall_check_seconds``, ``stall_shutdown_seconds``, ``peer_timeout_seconds``,
+            and ``hierarchical_allreduce``/``hierarchical_allgather`` (``"auto"``, ``"on"``
+            or True, ``"off"`` or False; see README "Many nodes").
 
     Raises:
         ValueError: for an unknown setting or ``KERASHVD_*`` variable, or a bad value.

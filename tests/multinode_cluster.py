@@ -116,6 +116,35 @@ START_FLAKE = re.compile(r"mpi/pmi2: invalid client request|UCX  ERROR|UCP_OBJEC
 START_ATTEMPTS = 5
 
 
+def _text(output):
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+
+
+def run_job(cluster, argv, env=None, timeout=300, **kwargs):
+    """Runs ``argv`` (srun, or a program that starts jobs) against ``cluster``; returns (ok,
+    output).
+
+    A run that has not ended after ``timeout`` seconds is stopped and counts as failed; its
+    output is followed by the PMI-2 errors the nodes' slurmd logged meanwhile. Ranks whose
+    start-up request reached slurmstepd mangled (see :data:`START_FLAKE`) can also wait in
+    MPI_Init for an answer that never comes (seen: 4 ranks blocked reading the PMI socket for
+    18 minutes), so such a hang is a failed start that :func:`retry_start` tries again.
+    """
+    logs = [os.path.join(cluster.root, f"slurmd-{node}.log") for node in cluster.nodes]
+    sizes = [os.path.getsize(log) if os.path.exists(log) else 0 for log in logs]
+    try:
+        proc = cluster.run(argv, env=env, timeout=timeout, **kwargs)
+    except subprocess.TimeoutExpired as err:
+        pmi = []
+        for log, size in zip(logs, sizes):
+            with contextlib.suppress(OSError), open(log, errors="replace") as f:
+                f.seek(size)
+                pmi += [line for line in f if "mpi/pmi2:" in line]
+        return False, (f"{' '.join(map(str, argv))}: no end after {timeout} s\n"
+                       f"{_text(err.stdout)}{_text(err.stderr)}{''.join(pmi[-20:])}")
+    return proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def retry_start(launch, describe="job"):
     """Calls ``launch()`` -> (ok, output) until it succeeds or fails for another reason than
     :data:`START_FLAKE`, at most :data:`START_ATTEMPTS` times; returns the last (ok, output)."""

@@ -26,7 +26,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from multinode_cluster import retry_start
+from multinode_cluster import retry_start, run_job
 from test_slurm import RANK_ENV
 
 pytestmark = [pytest.mark.mpi]
@@ -65,16 +65,8 @@ def test_hierarchical_equals_flat_across_nodes(request, layout):
     cluster = request.getfixturevalue(fixture)
 
     def launch():
-        argv = ["srun", "--mpi=pmi2", "--kill-on-bad-exit=1", *options, sys.executable, SCRIPT,
-                *args]
-        try:
-            proc = cluster.run(argv, env=RANK_ENV, timeout=300)
-        except subprocess.TimeoutExpired as err:  # where each rank was (its progress lines)
-            text = "".join(x.decode(errors="replace") if isinstance(x, bytes) else x or ""
-                           for x in (err.stdout, err.stderr))
-            pytest.fail(f"{layout}: srun still running after 300 s:\n" + "\n".join(
-                line for line in text.splitlines() if "rank" in line)[-5000:])
-        return proc.returncode == 0, proc.stdout + proc.stderr
+        return run_job(cluster, ["srun", "--mpi=pmi2", "--kill-on-bad-exit=1", *options,
+                                 sys.executable, SCRIPT, *args], env=RANK_ENV, timeout=300)
 
     sent = cluster.sent_bytes(cluster.nodes[-1])
     ok, output = retry_start(launch, f"srun {layout}")

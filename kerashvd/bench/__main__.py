@@ -9,6 +9,11 @@ bytes (mpi4py ``Allreduce`` on numpy arrays), and the ratio of busbw. Compared f
 timed in turn over several rounds and each reports its median round, so that the machine's
 drift during the run does not bias the ratios. Then the latency of a
 single 4 KiB allreduce and of 100 tensors of 16 KiB in one tf.function step.
+
+With ``--hierarchical off,on`` (several modes) every figure is measured for each mode of the
+hierarchical collectives side by side with raw MPI, kerashvd being initialized once per mode
+in each round (run it across nodes, e.g. inside ``srun -N 2``; on one host every mode is
+flat). tests/multinode_bench.py runs it on the multi-node test cluster with shaped links.
 """
 
 import argparse
@@ -28,6 +33,10 @@ def _parse(argv):
                    help="rounds in which the compared functions are timed in turn; each reports "
                         "its median round (default 5)")
     p.add_argument("--threads", type=int, default=1, help="TF intra/inter-op threads per rank")
+    p.add_argument("--hierarchical", default="",
+                   help="hierarchical_allreduce/_allgather setting(s) to measure: one of off, on, "
+                        "auto, or several separated by commas to compare them side by side "
+                        "(default: the KERASHVD_HIERARCHICAL_* variables)")
     return p.parse_args(argv)
 
 

@@ -1,6 +1,8 @@
 """The measurements behind ``python -m kerashvd.bench`` (see __main__ for the table's meaning)."""
 
 import os
+import socket
+import statistics
 import sys
 import time
 
@@ -13,22 +15,24 @@ def _bytes(text):
     return int(float(text.rstrip("KMG")) * scale)
 
 
-def _time_calls(fns, seconds, sync, repeats=1):
+def _time_calls(fns, seconds, sync, repeats=1, iters=None):
     """Seconds per call of each fn() in `fns` (about `seconds` of calls each), after warm-up.
 
     The functions are timed in turn, `repeats` rounds of about `seconds / repeats` each, and each
     gets the median of its rounds: a drift of the machine's speed during the run then hits every
     function alike, and so cancels out of the ratios printed between them. All ranks agree on
-    the number of calls.
+    the number of calls. `iters` (optional, a dict by index) keeps the number of calls of each
+    function from one use to the next, so that rounds measured apart stay comparable.
     """
-    iters = []
-    for fn in fns:
+    iters = {} if iters is None else iters
+    for i, fn in enumerate(fns):
         for _ in range(3):
             fn()
-        start = time.perf_counter()
-        fn()
-        once = max(time.perf_counter() - start, 1e-6)
-        iters.append(sync(max(5, min(20000, int(seconds / repeats / once)))))
+        if i not in iters:
+            start = time.perf_counter()
+            fn()
+            once = max(time.perf_counter() - start, 1e-6)
+            iters[i] = sync(max(5, min(20000, int(seconds / repeats / once))))
     rounds = [[] for _ in fns]
     for _ in range(repeats):
         for i, fn in enumerate(fns):
@@ -37,6 +41,77 @@ def _time_calls(fns, seconds, sync, repeats=1):
                 fn()
             rounds[i].append((time.perf_counter() - start) / iters[i])
     return [sync(sorted(r)[len(r) // 2]) for r in rounds]
+
+
+class _Cases:
+    """Every measurement of the benchmark for one initialized kerashvd, built once and reused
+    across re-initializations (the tf.functions call whichever engine is running)."""
+
+    def __init__(self, hvd, tf, np, comm, args):
+        self.hvd, self.tf, self.np, self.comm, self.args = hvd, tf, np, comm, args
+        self.n, self.rank = comm.Get_size(), comm.Get_rank()
+        self.sizes = [_bytes(s) for s in args.sizes.split(",")]
+        self._steps = {}
+        self.x4k = tf.constant(np.ones(1024, np.float32))
+        self.small = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name="bench.latency"))
+        self.floor = tf.function(lambda t: t * 1.0)
+        self.xs = [tf.constant(np.full(4096, i, np.float32)) for i in range(100)]
+        self.vs = [tf.Variable(np.full(4096, i, np.float32)) for i in range(100)]
+
+    def step(self, nbytes):
+        """(op call, raw MPI call, #wrong elements of the op's last result) for one size."""
+        if nbytes not in self._steps:
+            tf, np, hvd, n = self.tf, self.np, self.hvd, self.n
+            count = nbytes // 4
+            x = tf.constant(np.full(count, self.rank + 1, np.float32))
+            fn = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name=f"bench.{nbytes}"))
+            a = np.full(count, self.rank + 1, np.float32)
+            b = np.empty_like(a)
+            op = (lambda: fn(x).numpy()) if count < 1024 else (lambda: fn(x))
+            mpi = lambda: self.comm.Allreduce(a, b)  # noqa: E731
+            wrong = lambda: int(np.count_nonzero(fn(x).numpy() != n * (n + 1) / 2))  # noqa: E731
+            self._steps[nbytes] = (op, mpi, wrong)
+        return self._steps[nbytes]
+
+    def chain(self):
+        hvd = self.hvd
+
+        @self.tf.function
+        def chain(t):
+            for i in range(20):
+                t = hvd.allreduce(t, op=hvd.Min, name=f"bench.chain.{i}")
+            return t
+
+        return chain
+
+    def many(self):
+        hvd = self.hvd
+        many = self.tf.function(lambda ts: [hvd.allreduce(t, op=hvd.Sum, name=f"bench.many.{i}")
+                                            for i, t in enumerate(ts)])
+        grouped = self.tf.function(lambda ts: hvd.grouped_allreduce(ts, op=hvd.Sum,
+                                                                    name="bench.grouped"))
+        none = self.tf.function(lambda ts: [t * 1.0 for t in ts])
+        return many, grouped, none
+
+    def many_wrong(self, many):
+        return sum(int(self.np.count_nonzero(o.numpy() != i * self.n))
+                   for i, o in enumerate(many(self.xs)))
+
+    def train_like(self):
+        hvd, vs = self.hvd, self.vs
+
+        @self.tf.function
+        def train_like():
+            for v, r in zip(vs, hvd.grouped_allreduce([v * 1.0 for v in vs], op=hvd.Average,
+                                                      name="bench.vars")):
+                v.assign(r)
+
+        @self.tf.function
+        def train_like_alone():
+            for v in vs:
+                v.assign(v * 1.0)
+
+        return train_like, train_like_alone
 
 
 def run(args):
@@ -48,46 +123,41 @@ def run(args):
     import kerashvd as hvd
     from mpi4py import MPI
 
-    hvd.init()
+    modes = [m.strip() for m in args.hierarchical.split(",")] if args.hierarchical else []
+    if len(modes) > 1:
+        return _run_modes(args, modes, hvd, tf, np, MPI.COMM_WORLD)
+    settings = {"hierarchical_allreduce": modes[0], "hierarchical_allgather": modes[0]} \
+        if modes else {}
+    hvd.init(**settings)
     comm = MPI.COMM_WORLD
     n, rank = hvd.size(), hvd.rank()
     sync = lambda v: comm.allreduce(v, op=MPI.MAX)  # noqa: E731
     factor = 2.0 * (n - 1) / n if n > 1 else 1.0
+    cases = _Cases(hvd, tf, np, comm, args)
 
     def say(text=""):
         if rank == 0:
             print(text, flush=True)
 
-    say(f"# kerashvd allreduce benchmark: {n} ranks, float32 Sum, TF op in tf.function vs raw MPI")
+    say(f"# kerashvd allreduce benchmark: {n} ranks{_layout(hvd, comm)}, float32 Sum, TF op in "
+        "tf.function vs raw MPI")
     say(f"# command: {' '.join([os.path.basename(sys.executable), '-m', 'kerashvd.bench'] + sys.argv[1:])}"
         f"; TF_CPU_ALLOCATOR_USE_BFC={os.environ.get('TF_CPU_ALLOCATOR_USE_BFC')}")
     say(f"# {'size(B)':>10} {'count':>10} {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
         f" {'mpi(us)':>10} {'mpi busbw':>9} {'ratio':>6}")
 
-    for nbytes in [_bytes(s) for s in args.sizes.split(",")]:
-        count = nbytes // 4
-        x = tf.constant(np.full(count, rank + 1, np.float32))
-
-        @tf.function
-        def step(t):
-            return hvd.allreduce(t, op=hvd.Sum, name=f"bench.{nbytes}")
-
-        a = np.full(count, rank + 1, np.float32)
-        b = np.empty_like(a)
-        t_op, t_mpi = _time_calls([lambda: step(x).numpy() if count < 1024 else step(x),
-                                   lambda: comm.Allreduce(a, b)], args.seconds, sync, args.repeats)
-        out = step(x).numpy()
-        wrong = int(np.count_nonzero(out != n * (n + 1) / 2))
+    for nbytes in cases.sizes:
+        op, mpi, wrong = cases.step(nbytes)
+        t_op, t_mpi = _time_calls([op, mpi], args.seconds, sync, args.repeats)
         busbw = nbytes / t_op / 1e9 * factor
         mpi_busbw = nbytes / t_mpi / 1e9 * factor
-        say(f"  {nbytes:>10} {count:>10} {t_op * 1e6:>10.1f} {nbytes / t_op / 1e9:>7.3f} {busbw:>7.3f}"
-            f" {wrong:>6} {t_mpi * 1e6:>10.1f} {mpi_busbw:>9.3f} {busbw / mpi_busbw:>6.2f}")
+        say(f"  {nbytes:>10} {nbytes // 4:>10} {t_op * 1e6:>10.1f} {nbytes / t_op / 1e9:>7.3f} "
+            f"{busbw:>7.3f} {wrong():>6} {t_mpi * 1e6:>10.1f} {mpi_busbw:>9.3f} "
+            f"{busbw / mpi_busbw:>6.2f}")
 
     # Latency of one small allreduce, end to end through a tf.function call, next to the same
     # tf.function without the collective: TF's own dispatch cost, measured in the same run.
-    x = tf.constant(np.ones(1024, np.float32))
-    small = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name="bench.latency"))
-    floor = tf.function(lambda t: t * 1.0)
+    x, small, floor = cases.x4k, cases.small, cases.floor
     t_floor, t_small = _time_calls([lambda: floor(x), lambda: small(x)], args.seconds, sync,
                                    args.repeats)
     say(f"# single 4 KiB allreduce in tf.function: {t_small * 1e3:.3f} ms per step "
@@ -104,59 +174,111 @@ def run(args):
 
     # 20 allreduces of 4 KiB chained inside one tf.function: per-collective latency without
     # Python's dispatch of the function call.
-    @tf.function
-    def chain(t):
-        for i in range(20):
-            t = hvd.allreduce(t, op=hvd.Min, name=f"bench.chain.{i}")
-        return t
-
+    chain = cases.chain()
     (t_chain,) = _time_calls([lambda: chain(x)], args.seconds, sync, args.repeats)
     say(f"# 4 KiB allreduce chained 20 deep in one tf.function: {t_chain / 20 * 1e3:.3f} ms each")
 
     # 100 tensors of 16 KiB reduced in one step: separate ops (fused by the engine) and grouped,
     # next to the same step without collectives.
-    xs = [tf.constant(np.full(4096, i, np.float32)) for i in range(100)]
-
-    @tf.function
-    def many(ts):
-        return [hvd.allreduce(t, op=hvd.Sum, name=f"bench.many.{i}") for i, t in enumerate(ts)]
-
-    @tf.function
-    def grouped(ts):
-        return hvd.grouped_allreduce(ts, op=hvd.Sum, name="bench.grouped")
-
-    @tf.function
-    def no_collective(ts):
-        return [t * 1.0 for t in ts]
-
+    many, grouped, no_collective = cases.many()
+    xs = cases.xs
     t_none, t_many, t_grouped = _time_calls(
         [lambda: no_collective(xs), lambda: many(xs), lambda: grouped(xs)], args.seconds, sync,
         args.repeats)
-    outs = many(xs)
-    wrong = sum(int(np.count_nonzero(o.numpy() != i * n)) for i, o in enumerate(outs))
     say(f"# 100 x 16 KiB in one tf.function step: {t_many * 1e3:.3f} ms as 100 allreduces "
-        f"(#wrong {wrong}), {t_grouped * 1e3:.3f} ms as one grouped_allreduce; the same step "
-        f"without collectives: {t_none * 1e3:.3f} ms")
+        f"(#wrong {cases.many_wrong(many)}), {t_grouped * 1e3:.3f} ms as one grouped_allreduce; "
+        f"the same step without collectives: {t_none * 1e3:.3f} ms")
 
     # The same 100 tensors as a training step has them: made inside the step (from variables)
     # and consumed there (assigned back), so no tensor crosses the tf.function boundary.
-    vs = [tf.Variable(np.full(4096, i, np.float32)) for i in range(100)]
-
-    @tf.function
-    def train_like():
-        for v, r in zip(vs, hvd.grouped_allreduce([v * 1.0 for v in vs], op=hvd.Average,
-                                                  name="bench.vars")):
-            v.assign(r)
-
-    @tf.function
-    def train_like_alone():
-        for v in vs:
-            v.assign(v * 1.0)
-
+    train_like, train_like_alone = cases.train_like()
     t_vars_none, t_vars = _time_calls([train_like_alone, train_like], args.seconds, sync,
                                       args.repeats)
-    wrong = sum(int(np.count_nonzero(v.numpy() != i)) for i, v in enumerate(vs))
+    wrong = sum(int(np.count_nonzero(v.numpy() != i)) for i, v in enumerate(cases.vs))
     say(f"# 100 x 16 KiB made and used inside one tf.function step (variables): "
         f"{t_vars * 1e3:.3f} ms with one grouped_allreduce (#wrong {wrong}); the same step "
         f"without it: {t_vars_none * 1e3:.3f} ms")
     hvd.shutdown()
+
+
+def _layout(hvd, comm):
+    """' on N nodes (ranks per node ...)' from the ranks' host names, or '' on one host."""
+    hosts = comm.allgather(socket.gethostname())
+    per_node = [hosts.count(h) for h in dict.fromkeys(hosts)]
+    if len(per_node) == 1:
+        return ""
+    return f" on {len(per_node)} nodes ({'+'.join(map(str, per_node))} ranks)"
+
+
+def _run_modes(args, modes, hvd, tf, np, comm):
+    """The allreduce sizes, the 4 KiB latency and the 100 x 16 KiB step for each hierarchical
+    mode (``hvd.init(hierarchical_allreduce=m, hierarchical_allgather=m)``), side by side with
+    raw MPI: each round initializes kerashvd once per mode and times every case once, so the
+    modes alternate through the run and the machine's drift hits them alike; each figure is the
+    median of its rounds (raw MPI's over every mode's slot)."""
+    from mpi4py import MPI
+
+    n, rank = comm.Get_size(), comm.Get_rank()
+    sync = lambda v: comm.allreduce(v, op=MPI.MAX)  # noqa: E731
+    factor = 2.0 * (n - 1) / n if n > 1 else 1.0
+    hvd.init(hierarchical_allreduce=modes[0], hierarchical_allgather=modes[0])
+    cases = _Cases(hvd, tf, np, comm, args)
+    layout = _layout(hvd, comm)
+    hvd.shutdown()
+    many_fns, train_fns = cases.many(), cases.train_like()
+    times = {}   # (mode, case) -> [seconds per call, one per round]
+    wrong = {}   # (mode, case) -> #wrong elements, summed over rounds
+    iters = {}   # case -> {index: calls}, the same in every round and mode
+
+    def measure(mode, case, fns, check=None):
+        got = _time_calls(fns, args.seconds, sync, 1, iters.setdefault(case, {}))
+        for i, t in enumerate(got):
+            times.setdefault((mode, case, i), []).append(t)
+        if check is not None:
+            wrong[(mode, case)] = wrong.get((mode, case), 0) + check()
+
+    for _ in range(args.repeats):
+        for mode in modes:
+            hvd.init(hierarchical_allreduce=mode, hierarchical_allgather=mode)
+            for nbytes in cases.sizes:
+                op, mpi, check = cases.step(nbytes)
+                measure(mode, nbytes, [op, mpi], check)
+            measure(mode, "4k", [lambda: cases.small(cases.x4k)])
+            many, grouped, _ = many_fns
+            measure(mode, "many", [lambda: many(cases.xs), lambda: grouped(cases.xs)],
+                    lambda: cases.many_wrong(many))
+            measure(mode, "vars", [train_fns[0]])
+            hvd.shutdown()
+
+    def med(mode, case, i=0):
+        return statistics.median(times[(mode, case, i)])
+
+    def mpi_med(case):
+        return statistics.median([t for m in modes for t in times[(m, case, 1)]])
+
+    if rank != 0:
+        return
+    print(f"# kerashvd allreduce benchmark: {n} ranks{layout}, float32 Sum, TF op in tf.function "
+          f"vs raw MPI; hierarchical modes {', '.join(modes)} (hvd.init(hierarchical_allreduce="
+          f"..., hierarchical_allgather=...)), median of {args.repeats} rounds")
+    print(f"# command: {' '.join([os.path.basename(sys.executable), '-m', 'kerashvd.bench'] + sys.argv[1:])}"
+          f"; TF_CPU_ALLOCATOR_USE_BFC={os.environ.get('TF_CPU_ALLOCATOR_USE_BFC')}")
+    head = f"# {'size(B)':>10}"
+    for mode in modes:
+        head += f" {mode + '(us)':>10} {'busbw':>7} {'#wrong':>6}"
+    head += f" {'mpi(us)':>10} {'mpi busbw':>9}" + "".join(f" {m + '/mpi':>8}" for m in modes)
+    print(head, flush=True)
+    for nbytes in cases.sizes:
+        line = f"  {nbytes:>10}"
+        for mode in modes:
+            t = med(mode, nbytes)
+            line += f" {t * 1e6:>10.1f} {nbytes / t / 1e9 * factor:>7.3f} {wrong[(mode, nbytes)]:>6}"
+        t_mpi = mpi_med(nbytes)
+        line += f" {t_mpi * 1e6:>10.1f} {nbytes / t_mpi / 1e9 * factor:>9.3f}"
+        line += "".join(f" {t_mpi / med(mode, nbytes):>8.2f}" for mode in modes)
+        print(line, flush=True)
+    for mode in modes:
+        print(f"# {mode}: single 4 KiB allreduce in tf.function {med(mode, '4k') * 1e3:.3f} ms; "
+              f"100 x 16 KiB in one step {med(mode, 'many', 0) * 1e3:.3f} ms as 100 allreduces "
+              f"(#wrong {wrong[(mode, 'many')]}), {med(mode, 'many', 1) * 1e3:.3f} ms grouped, "
+              f"{med(mode, 'vars') * 1e3:.3f} ms grouped from variables", flush=True)

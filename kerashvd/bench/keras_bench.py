@@ -20,11 +20,17 @@ Two baselines without kerashvd put the efficiency in context:
 Each round runs every configuration once; the figures are the best of the rounds, and the
 ratios within each round (runs next to each other in time) are printed too, with their
 median, since this machine's speed drifts between rounds.
+
+Across nodes: ``--launcher "srun --mpi=pmi2 -N 2 --ntasks-per-node=2"`` starts the N-rank
+runs (hvdN, sync) with that command instead of ``mpiexec -n N``, and ``--hierarchical off,on``
+runs hvdN once per mode of the hierarchical collectives (KERASHVD_HIERARCHICAL_ALLREDUCE and
+_ALLGATHER), each with its own scaling efficiency.
 """
 
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -117,8 +123,15 @@ def _result(out):
     return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
 
 
-def _run(cmd):
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+def _run(cmd, env=None, timeout=None):
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              env=None if env is None else dict(os.environ, **env))
+    except subprocess.TimeoutExpired as err:
+        stderr = err.stderr.decode(errors="replace") if isinstance(err.stderr, bytes) else \
+            err.stderr or ""
+        raise RuntimeError(f"{' '.join(cmd)} did not end within {timeout} s:\n"
+                           f"{stderr[-3000:]}") from None
     _check(proc, cmd, proc.stderr)
     return _result(proc.stdout)
 
@@ -145,6 +158,19 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=2,
                    help="rounds of runs of every configuration; best kept, and the ratios "
                         "within each round printed with their median")
+    p.add_argument("--launcher", default=None,
+                   help="command that starts the N-rank runs, followed by the worker's command "
+                        "(default: 'mpiexec -n NP'; across nodes e.g. 'srun --mpi=pmi2 -N 2 "
+                        "--ntasks-per-node=2')")
+    p.add_argument("--hierarchical", default="",
+                   help="run the N-rank kerashvd configuration once per hierarchical mode, "
+                        "e.g. 'off,on' (default: once, with the environment's settings)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds each run may take before it is stopped and the benchmark fails "
+                        "(default: no limit)")
+    p.add_argument("--no-baselines", action="store_true",
+                   help="run kerashvd only (1 and N ranks: the scaling efficiency), without "
+                        "the plain, side-by-side and barrier-only runs")
     p.add_argument("--worker", choices=["plain", "hvd", "sync"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -154,51 +180,80 @@ def main(argv=None):
     me = [sys.executable, "-m", "kerashvd.bench", "keras", "--batch", str(args.batch),
           "--steps", str(args.steps), "--warmup", str(args.warmup)]
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    configs = {
-        "plain": me + ["--worker", "plain"],
-        "hvd1": me + ["--worker", "hvd"],
-        f"hvd{args.np}": [mpiexec, "-n", str(args.np)] + me + ["--worker", "hvd"],
-        "sync": [mpiexec, "-n", str(args.np)] + me + ["--worker", "sync"],
-    }
+    launcher = shlex.split(args.launcher) if args.launcher else [mpiexec, "-n", str(args.np)]
+    modes = [m.strip() for m in args.hierarchical.split(",") if m.strip()]
+    many = [f"hvd{args.np}"] if not modes else [f"hvd{args.np}.{m}" for m in modes]
+    configs = {} if args.no_baselines else {"plain": me + ["--worker", "plain"]}
+    configs["hvd1"] = me + ["--worker", "hvd"]
+    envs = {}
+    for name, mode in zip(many, modes or [None]):
+        configs[name] = launcher + me + ["--worker", "hvd"]
+        if mode:
+            envs[name] = {"KERASHVD_HIERARCHICAL_ALLREDUCE": mode,
+                          "KERASHVD_HIERARCHICAL_ALLGATHER": mode}
+    if not args.no_baselines:
+        configs["sync"] = launcher + me + ["--worker", "sync"]
     # Same TensorFlow allocator for every configuration (kerashvd turns TF's pooling CPU
     # allocator on by default; plain Keras must get it too for a fair comparison).
     os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
     best, rounds = {}, []
     for _ in range(args.repeats):  # interleaved, so slow drift of the machine hits all alike
-        rates = {name: _run(cmd)["images_per_second"] for name, cmd in configs.items()}
+        rates = {name: _run(cmd, envs.get(name), args.timeout)["images_per_second"]
+                 for name, cmd in configs.items()}
         # The machine's own limit: N plain processes side by side, with no communication,
         # compete only for cores, caches and memory bandwidth.
-        rates["side"] = _run_side_by_side(configs["plain"], args.np)
+        if not args.no_baselines:
+            rates["side"] = _run_side_by_side(configs["plain"], args.np)
         rounds.append(rates)
         for name, rate in rates.items():
             best[name] = max(best.get(name, 0.0), rate)
-    plain, one, many = best["plain"], best["hvd1"], best[f"hvd{args.np}"]
+    one = best["hvd1"]
     print(f"# Keras ResNet-style CNN, 32x32x3, batch {args.batch}/rank, 1 intra-op thread/rank, "
           f"best of {args.repeats}")
     print(f"# command: python -m kerashvd.bench keras {' '.join(argv or sys.argv[2:])}; "
           f"TF_CPU_ALLOCATOR_USE_BFC={os.environ['TF_CPU_ALLOCATOR_USE_BFC']}")
-    print(f"plain Keras, 1 process      {plain:9.1f} images/s")
-    print(f"kerashvd, 1 rank            {one:9.1f} images/s   overhead {100 * (1 - one / plain):5.1f}%")
-    print(f"kerashvd, {args.np} ranks           {many:9.1f} images/s   scaling efficiency "
-          f"{100 * many / (args.np * one):5.1f}%")
-    print(f"plain Keras, {args.np} processes side by side, no communication: "
-          f"{best['side']:9.1f} images/s = {100 * best['side'] / (args.np * plain):5.1f}% of "
-          f"{args.np}x one process (the machine's own limit)")
-    print(f"plain Keras, {args.np} processes meeting in an MPI barrier after every step, no "
-          f"data exchanged: {best['sync']:9.1f} images/s = {100 * best['sync'] / (args.np * plain):5.1f}% "
-          f"of {args.np}x one process (synchronous training without its communication); kerashvd "
-          f"reaches {100 * many / best['sync']:5.1f}% of it")
+    print(f"# {args.np}-rank runs started with: {' '.join(launcher)}")
+    if args.no_baselines:
+        print(f"kerashvd, 1 rank            {one:9.1f} images/s")
+    else:
+        plain = best["plain"]
+        print(f"plain Keras, 1 process      {plain:9.1f} images/s")
+        print(f"kerashvd, 1 rank            {one:9.1f} images/s   overhead "
+              f"{100 * (1 - one / plain):5.1f}%")
+    for name, mode in zip(many, modes or [None]):
+        label = f"kerashvd, {args.np} ranks" + (f", hierarchical {mode}" if mode else "")
+        print(f"{label:<28}{best[name]:9.1f} images/s   scaling efficiency "
+              f"{100 * best[name] / (args.np * one):5.1f}%")
+    if not args.no_baselines:
+        _print_baselines(args.np, best, plain, many, modes)
     # The same ratios within each round, whose runs were next to each other in time: a
     # machine whose speed drifts between rounds biases the best-of figures above, not these.
-    ratios = {
-        "overhead at 1 rank": [100 * (1 - r["hvd1"] / r["plain"]) for r in rounds],
-        "scaling efficiency": [100 * r[f"hvd{args.np}"] / (args.np * r["hvd1"]) for r in rounds],
-        "kerashvd / barrier-only": [100 * r[f"hvd{args.np}"] / r["sync"] for r in rounds],
-    }
+    ratios = {}
+    if not args.no_baselines:
+        ratios["overhead at 1 rank"] = [100 * (1 - r["hvd1"] / r["plain"]) for r in rounds]
+    for name, mode in zip(many, modes or [None]):
+        suffix = f" ({mode})" if mode else ""
+        ratios["scaling efficiency" + suffix] = [100 * r[name] / (args.np * r["hvd1"])
+                                                 for r in rounds]
+        if not args.no_baselines:
+            ratios["kerashvd / barrier-only" + suffix] = [100 * r[name] / r["sync"]
+                                                          for r in rounds]
     for label, values in ratios.items():
         print(f"per round, {label}: " + " / ".join(f"{v:.1f}%" for v in values)
               + f" (median {statistics.median(values):.1f}%)")
     return 0
+
+
+def _print_baselines(ranks, best, plain, many, modes):
+    """The lines of the side-by-side and barrier-only runs (see the module docstring)."""
+    print(f"plain Keras, {ranks} processes side by side, no communication: "
+          f"{best['side']:9.1f} images/s = {100 * best['side'] / (ranks * plain):5.1f}% of "
+          f"{ranks}x one process (the machine's own limit)")
+    print(f"plain Keras, {ranks} processes meeting in an MPI barrier after every step, no "
+          f"data exchanged: {best['sync']:9.1f} images/s = {100 * best['sync'] / (ranks * plain):5.1f}% "
+          f"of {ranks}x one process (synchronous training without its communication); kerashvd "
+          f"reaches " + ", ".join(f"{100 * best[name] / best['sync']:5.1f}%" for name in many)
+          + " of it" + (f" ({', '.join(modes)})" if modes else ""))
 
 
 if __name__ == "__main__":

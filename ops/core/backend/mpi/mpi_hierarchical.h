@@ -18,8 +18,10 @@
 // the buffer's length or on where a tensor sits in a fused buffer; step 3 is MPI's allreduce
 // over the nodes. The result equals the flat allreduce's bit for bit wherever the reduction
 // is exact (integers; Min and Max of any type, mpi_reduce_ops.h) and, for floating-point
-// sums and products, where MPI's flat allreduce adds in the same order (measured with the
+// sums and products, where MPI's flat allreduce adds in the same order (tested with the
 // mpich wheel: 2 nodes x 2 ranks in blocks, ranks 0-1 and 2-3; README "Many nodes").
+// In kAuto, allreduces under 64 KiB stay flat (see kAutoAllreduceMinBytes); the size is the
+// backend call's, the same on every rank.
 //
 // Allgather (any layout, nodes of different sizes too): each node's pieces are gathered to its
 // leader (local rank 0), the leaders allgather their nodes' pieces across the network, and
