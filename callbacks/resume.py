@@ -25,7 +25,7 @@ import kerashvd as hvd
 
 from kerashvd.keras_compat import build_optimizer
 
-from .random_state import load_random_state
+from .random_state import load_random_state, warn_unrestorable_random_layers
 
 __all__ = ["batch_offset", "fit_resumable", "restore"]
 
@@ -148,7 +148,9 @@ def restore(model, checkpoint, input_shape=None, root_rank=0):
     only ``root_rank`` reads the file (the directory need not be shared between nodes).
     The loaded optimizer's ``iterations`` must equal the record's: a file that does not match
     its record (e.g. overwritten after it by a writer that then crashed) would otherwise
-    resume at a wrong position without a word.
+    resume at a wrong position without a word. Under Keras 2 (tf_keras), ``root_rank`` warns
+    when the model has random layers (dropout, noise, random augmentation): their random state
+    cannot be restored there, so the resumed run is not bit-exact (Keras 3's is).
 
     Args:
         model: a compiled model.
@@ -198,4 +200,6 @@ def restore(model, checkpoint, input_shape=None, root_rank=0):
     problem = hvd.broadcast_object(problem, root_rank=root_rank, name="callbacks.restore")
     if problem:
         raise ValueError(problem)
+    if hvd.rank() == root_rank:
+        warn_unrestorable_random_layers(model)
     return checkpoint.epoch, checkpoint.step
