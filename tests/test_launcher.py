@@ -228,6 +228,17 @@ def test_kerashvdrun_uses_hosts_and_slurm_allocation(monkeypatch, capsys):
     assert "srun --mpi=pmi2 --kill-on-bad-exit=1 -n 4 " in capsys.readouterr().err
 
 
+def test_kerashvdrun_passes_the_commands_options_on_untouched(capsys):
+    """Options after the command are the command's, also where they look like a prefix of
+    kerashvdrun's own (--hierarchical: --hierarchical-allreduce and -allgather) or equal one."""
+    from kerashvd.launcher import cli
+
+    args = ["--hierarchical", "off,on", "-np", "3", "--hosts", "x", "--verb"]
+    assert cli.main(["-np", "2", "--dry-run", "python", "-m", "kerashvd.bench", *args]) == 0
+    assert capsys.readouterr().err.rstrip().endswith(
+        " -- python -m kerashvd.bench " + " ".join(args))
+
+
 def test_kerashvdrun_hostfile_and_mpi_args(monkeypatch, tmp_path, capsys):
     from kerashvd.launcher import cli
 

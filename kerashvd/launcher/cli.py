@@ -71,7 +71,7 @@ examples:
 def build_parser():
     """Returns the ``argparse`` parser of ``kerashvdrun`` (its ``--help`` lists every flag)."""
     parser = argparse.ArgumentParser(
-        prog="kerashvdrun", description=_DESCRIPTION, epilog=_EPILOG,
+        prog="kerashvdrun", description=_DESCRIPTION, epilog=_EPILOG, allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "-np", "--num-proc", dest="np", type=positive_int, metavar="NP",
