@@ -16,8 +16,21 @@ def _run(args, timeout):
     return proc.stdout
 
 
+def _check_header(out, args):
+    """The '#' header that dates the run and says where and how it ran (bench/header.py)."""
+    assert re.search(r"^# date: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(start\)$", out, re.M), out
+    assert re.search(r"^# host: .+; CPUs: \d+ \(os.cpu_count\)", out, re.M), out
+    assert re.search(r"^# versions: TensorFlow \S+, Keras \S+, kerashvd \S+ \(built for ", out,
+                     re.M), out
+    command = re.search(r"^# command: (.*)$", out, re.M)
+    assert command and command.group(1).endswith("-m kerashvd.bench " + " ".join(args)), out
+
+
 def test_allreduce_bench_prints_its_table_with_nothing_wrong():
-    out = _run(["--sizes", "4K,1M", "--seconds", "0.05", "--repeats", "1"], timeout=600)
+    args = ["--sizes", "4K,1M", "--seconds", "0.05", "--repeats", "1"]
+    out = _run(args, timeout=600)
+    _check_header(out, args)
+    assert re.search(r"^# ranks: 2 on 1 node: ", out, re.M), out
     rows = [line.split() for line in out.splitlines() if re.match(r"^\s+\d+\s+\d+\s", line)]
     assert [int(r[0]) for r in rows] == [4096, 1 << 20], out
     assert all(r[5] == "0" for r in rows), out  # the #wrong column
@@ -27,8 +40,10 @@ def test_allreduce_bench_prints_its_table_with_nothing_wrong():
 
 
 def test_keras_bench_runs_every_configuration():
-    out = _run(["keras", "--steps", "2", "--warmup", "1", "--batch", "8", "--repeats", "1"],
-               timeout=900)
+    args = ["keras", "--steps", "2", "--warmup", "1", "--batch", "8", "--repeats", "1"]
+    out = _run(args, timeout=900)
+    _check_header(out, args)
+    assert re.search(r"^# ranks: 1 and 2 on 1 node: ", out, re.M), out
     for label in ("plain Keras, 1 process", "kerashvd, 1 rank", "kerashvd, 2 ranks",
                   "side by side", "meeting in an MPI barrier"):
         assert re.search(re.escape(label) + r".*\d+\.\d images/s", out), (label, out)

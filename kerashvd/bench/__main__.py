@@ -3,7 +3,10 @@
 ``python -m kerashvd.bench elastic``: what elastic commits cost a step (see elastic_bench).
 
 Started without an MPI launcher it relaunches itself with ``kerashvdrun -np NP`` (default 2).
-Prints, for float32 Sum allreduces of each size: time per call, algbw and busbw (nccl-tests
+Each benchmark's output opens with '#' lines that record the run: date and time (UTC), host,
+CPU count, ranks and nodes, TensorFlow, Keras, kerashvd and MPI versions, the settings in the
+environment and the command line (bench/header.py). Then it prints, for float32 Sum
+allreduces of each size: time per call, algbw and busbw (nccl-tests
 factor 2(n-1)/n), #wrong elements in the last result, raw MPI's time and busbw for the same
 bytes (mpi4py ``Allreduce`` on numpy arrays), and the ratio of busbw. Compared functions are
 timed in turn over several rounds and each reports its median round, so that the machine's

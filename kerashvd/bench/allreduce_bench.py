@@ -6,6 +6,8 @@ import statistics
 import sys
 import time
 
+from . import header
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
@@ -139,10 +141,11 @@ def run(args):
         if rank == 0:
             print(text, flush=True)
 
-    say(f"# kerashvd allreduce benchmark: {n} ranks{_layout(hvd, comm)}, float32 Sum, TF op in "
+    hosts = comm.allgather(socket.gethostname())
+    say(f"# kerashvd allreduce benchmark: {n} ranks{_layout(hosts)}, float32 Sum, TF op in "
         "tf.function vs raw MPI")
-    say(f"# command: {' '.join([os.path.basename(sys.executable), '-m', 'kerashvd.bench'] + sys.argv[1:])}"
-        f"; TF_CPU_ALLOCATOR_USE_BFC={os.environ.get('TF_CPU_ALLOCATOR_USE_BFC')}")
+    if rank == 0:
+        print("\n".join(_header(hosts)), flush=True)
     say(f"# {'size(B)':>10} {'count':>10} {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
         f" {'mpi(us)':>10} {'mpi busbw':>9} {'ratio':>6}")
 
@@ -201,9 +204,15 @@ def run(args):
     hvd.shutdown()
 
 
-def _layout(hvd, comm):
+def _header(hosts, started=None):
+    """The run's header lines (kerashvd.bench.header): date, host, CPUs, ranks, versions,
+    settings and the command line."""
+    command = [sys.executable, "-m", "kerashvd.bench"] + sys.argv[1:]
+    return header.lines(header.environment(), command, len(hosts), hosts, started)
+
+
+def _layout(hosts):
     """' on N nodes (ranks per node ...)' from the ranks' host names, or '' on one host."""
-    hosts = comm.allgather(socket.gethostname())
     per_node = [hosts.count(h) for h in dict.fromkeys(hosts)]
     if len(per_node) == 1:
         return ""
@@ -218,12 +227,13 @@ def _run_modes(args, modes, hvd, tf, np, comm):
     median of its rounds (raw MPI's over every mode's slot)."""
     from mpi4py import MPI
 
+    started = header.now()
     n, rank = comm.Get_size(), comm.Get_rank()
     sync = lambda v: comm.allreduce(v, op=MPI.MAX)  # noqa: E731
     factor = 2.0 * (n - 1) / n if n > 1 else 1.0
     hvd.init(hierarchical_allreduce=modes[0], hierarchical_allgather=modes[0])
     cases = _Cases(hvd, tf, np, comm, args)
-    layout = _layout(hvd, comm)
+    hosts = comm.allgather(socket.gethostname())
     hvd.shutdown()
     many_fns, train_fns = cases.many(), cases.train_like()
     times = {}   # (mode, case) -> [seconds per call, one per round]
@@ -258,11 +268,11 @@ def _run_modes(args, modes, hvd, tf, np, comm):
 
     if rank != 0:
         return
-    print(f"# kerashvd allreduce benchmark: {n} ranks{layout}, float32 Sum, TF op in tf.function "
-          f"vs raw MPI; hierarchical modes {', '.join(modes)} (hvd.init(hierarchical_allreduce="
-          f"..., hierarchical_allgather=...)), median of {args.repeats} rounds")
-    print(f"# command: {' '.join([os.path.basename(sys.executable), '-m', 'kerashvd.bench'] + sys.argv[1:])}"
-          f"; TF_CPU_ALLOCATOR_USE_BFC={os.environ.get('TF_CPU_ALLOCATOR_USE_BFC')}")
+    print(f"# kerashvd allreduce benchmark: {n} ranks{_layout(hosts)}, float32 Sum, TF op in "
+          f"tf.function vs raw MPI; hierarchical modes {', '.join(modes)} (hvd.init("
+          f"hierarchical_allreduce=..., hierarchical_allgather=...)), median of {args.repeats} "
+          "rounds")
+    print("\n".join(_header(hosts, started)))
     head = f"# {'size(B)':>10}"
     for mode in modes:
         head += f" {mode + '(us)':>10} {'busbw':>7} {'#wrong':>6}"

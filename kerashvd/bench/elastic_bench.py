@@ -23,10 +23,13 @@ momentum, on 64x64 inputs: the commit's size is that of the 224x224 model, the s
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import time
+
+from . import header
 
 MODELS = ("mnist", "resnet50")
 CONFIGS = (("none", None), ("every", 1), ("every10", 10))
@@ -71,6 +74,9 @@ def _worker(args):
     from kerashvd.keras_compat import keras
 
     hvd.init()
+    hosts = hvd.allgather_object(socket.gethostname())
+    if hvd.rank() == 0:  # for the output's header
+        print(json.dumps({"environment": header.environment(), "hosts": hosts}), flush=True)
 
     class StepTimes(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -132,12 +138,18 @@ def main(argv=None):
            "-x", "OMP_NUM_THREADS=1", sys.executable, "-m", "kerashvd.bench", "elastic",
            "--worker", "--models", args.models, "--steps", str(args.steps),
            "--rounds", str(args.rounds), "--batch", str(args.batch)]
-    print(f"# {' '.join(cmd)}", flush=True)
+    started = header.now()
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    rows = [line for line in lines if "model" in line]
     if proc.returncode != 0 or not rows:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
         return proc.returncode or 1
+    run = next(line for line in lines if "environment" in line)
+    command = [sys.executable, "-m", "kerashvd.bench", "elastic"] + \
+        (sys.argv[2:] if argv is None else list(argv))
+    print("\n".join(header.lines(run["environment"], command, args.np, run["hosts"], started)))
+    print(f"# ranks started with: {' '.join(cmd)}")
     print(f"# {args.np} ranks, batch {args.batch}/rank, {args.steps} steps x {args.rounds} "
           "rounds; step = median ms; cost = (step / step without commits) - 1, median of "
           "the rounds")

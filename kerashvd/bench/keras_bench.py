@@ -19,7 +19,8 @@ Two baselines without kerashvd put the efficiency in context:
 
 Each round runs every configuration once; the figures are the best of the rounds, and the
 ratios within each round (runs next to each other in time) are printed too, with their
-median, since this machine's speed drifts between rounds.
+median, since a machine's speed can drift between rounds. The output opens with the run's
+'#' header (bench/header.py): date, host, CPUs, ranks and nodes, versions, command line.
 
 Across nodes: ``--launcher "srun --mpi=pmi2 -N 2 --ntasks-per-node=2"`` starts the N-rank
 runs (hvdN, sync) with that command instead of ``mpiexec -n N``, and ``--hierarchical off,on``
@@ -31,10 +32,13 @@ import argparse
 import json
 import os
 import shlex
+import socket
 import statistics
 import subprocess
 import sys
 import time
+
+from . import header
 
 
 def _model(keras):
@@ -106,9 +110,15 @@ def worker(mode, batch, steps, warmup):
     rate = steps * batch / (clock.end - clock.start)
     size, rank = ((hvd.size(), hvd.rank()) if hvd else
                   (comm.Get_size(), comm.Get_rank()) if comm else (1, 0))
+    # Where the ranks ran, and (kerashvd runs) rank 0's software, for the output's header.
+    hosts = (hvd.allgather_object(socket.gethostname()) if hvd else
+             comm.allgather(socket.gethostname()) if comm else [socket.gethostname()])
     if rank == 0:
         total = rate * size  # every rank processes its own batch each step
-        print(json.dumps({"mode": mode, "ranks": size, "images_per_second": total}), flush=True)
+        result = {"mode": mode, "ranks": size, "images_per_second": total, "hosts": hosts}
+        if hvd is not None:
+            result["environment"] = header.environment()
+        print(json.dumps(result), flush=True)
 
 
 def _check(proc, cmd, err):
@@ -124,6 +134,7 @@ def _result(out):
 
 
 def _run(cmd, env=None, timeout=None):
+    """Runs one configuration; returns its worker's result (see :func:`worker`)."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                               env=None if env is None else dict(os.environ, **env))
@@ -197,9 +208,10 @@ def main(argv=None):
     # allocator on by default; plain Keras must get it too for a fair comparison).
     os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
     best, rounds = {}, []
+    started = header.now()
     for _ in range(args.repeats):  # interleaved, so slow drift of the machine hits all alike
-        rates = {name: _run(cmd, envs.get(name), args.timeout)["images_per_second"]
-                 for name, cmd in configs.items()}
+        results = {name: _run(cmd, envs.get(name), args.timeout) for name, cmd in configs.items()}
+        rates = {name: r["images_per_second"] for name, r in results.items()}
         # The machine's own limit: N plain processes side by side, with no communication,
         # compete only for cores, caches and memory bandwidth.
         if not args.no_baselines:
@@ -210,8 +222,10 @@ def main(argv=None):
     one = best["hvd1"]
     print(f"# Keras ResNet-style CNN, 32x32x3, batch {args.batch}/rank, 1 intra-op thread/rank, "
           f"best of {args.repeats}")
-    print(f"# command: python -m kerashvd.bench keras {' '.join(argv or sys.argv[2:])}; "
-          f"TF_CPU_ALLOCATOR_USE_BFC={os.environ['TF_CPU_ALLOCATOR_USE_BFC']}")
+    command = [sys.executable, "-m", "kerashvd.bench", "keras"] + \
+        (sys.argv[2:] if argv is None else list(argv))
+    print("\n".join(header.lines(results["hvd1"]["environment"], command, f"1 and {args.np}",
+                                 results[many[0]]["hosts"], started)))
     print(f"# {args.np}-rank runs started with: {' '.join(launcher)}")
     if args.no_baselines:
         print(f"kerashvd, 1 rank            {one:9.1f} images/s")
