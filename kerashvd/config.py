@@ -40,7 +40,7 @@ def _keyword_text(row, value):
         return row.get("on", "1") if value else row.get("off", "0")
     if isinstance(value, os.PathLike):
         return os.fspath(value)
-    return repr(value) if isinstance(value, float) else str(value)
+    return str(value)  # also for numpy's numbers, whose repr() is "np.float64(2.5)"
 
 
 def _apply(config, row, name, text, received):

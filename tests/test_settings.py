@@ -146,3 +146,14 @@ def test_init_accepts_every_setting_at_once(tmp_path):
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith("DONE"), \
         proc.stdout + proc.stderr[-4000:]
     assert (tmp_path / "timeline.json").exists()
+
+
+def test_keywords_take_numpy_numbers_and_paths(build, tmp_path):
+    import pathlib
+
+    import numpy as np
+
+    assert build("cycle_time_ms", cycle_time_ms=np.float64(2.5)) == "2.5"
+    assert build("cache_capacity", cache_capacity=np.int64(7)) == "7"
+    path = pathlib.Path(tmp_path) / "t.json"
+    assert build("timeline", timeline=path) == str(path)

@@ -17,7 +17,7 @@ const std::vector<SettingInfo>& Settings() {
       {"cycle_time_ms", "KERASHVD_CYCLE_TIME", "", "--cycle-time-ms", SettingKind::kNumber, 0.01,
        "ms", 1, "ms",
        "sleep of the engine's background thread between negotiation cycles while nothing is "
-       "pending on this rank (a submission wakes it at once)",
+       "pending on this rank; a submission wakes it at once",
        &Config::cycle_time_ms, 1},
       {"cache_capacity", "KERASHVD_CACHE_CAPACITY", "", "--cache-capacity",
        SettingKind::kInteger, 0, "", 1, "",
