@@ -157,3 +157,8 @@ def test_keywords_take_numpy_numbers_and_paths(build, tmp_path):
     assert build("cache_capacity", cache_capacity=np.int64(7)) == "7"
     path = pathlib.Path(tmp_path) / "t.json"
     assert build("timeline", timeline=path) == str(path)
+
+
+def test_numbers_beyond_int64_mean_no_limit(build):
+    assert float(build("fusion_threshold_bytes", fusion_threshold_bytes=1e20)) >= 2**63 - 1024
+    assert float(build("timeline_max_mb", {"KERASHVD_TIMELINE_MAX_MB": "1e30"})) > 8e12

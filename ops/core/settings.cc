@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 namespace kerashvd {
 
@@ -191,7 +192,10 @@ Status ApplySetting(const SettingInfo& setting, const std::string& text, Config*
     Config* config;
     double scaled;
     const std::string& text;
-    void operator()(int64_t Config::*f) const { config->*f = std::llround(scaled); }
+    void operator()(int64_t Config::*f) const {
+      // Beyond int64 (1e20 bytes) means "no limit": the largest value, not an overflow.
+      config->*f = scaled < 9.2e18 ? std::llround(scaled) : std::numeric_limits<int64_t>::max();
+    }
     void operator()(double Config::*f) const { config->*f = scaled; }
     void operator()(bool Config::*f) const { config->*f = scaled != 0; }
     void operator()(Hierarchical Config::*f) const {
