@@ -23,6 +23,7 @@ import contextlib
 
 import tensorflow as tf
 
+from . import _core
 from ._ops import OPS
 
 class InvalidArgumentError(tf.errors.InvalidArgumentError, ValueError):
@@ -37,8 +38,14 @@ class InvalidArgumentError(tf.errors.InvalidArgumentError, ValueError):
         return type(self), (self.message,)
 
 
-# The engine's OpType numbers (ops/core/types.h).
-ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = range(5)
+# The engine's numbers of the collectives a rank may fail for all (kerashvd._core.OP_TYPES,
+# ops/core/types.cc).
+_OP_TYPES = {row["name"]: row["value"] for row in _core.OP_TYPES if row["reportable"]}
+ALLREDUCE = _OP_TYPES["allreduce"]
+ALLGATHER = _OP_TYPES["allgather"]
+BROADCAST = _OP_TYPES["broadcast"]
+ALLTOALL = _OP_TYPES["alltoall"]
+REDUCESCATTER = _OP_TYPES["reducescatter"]
 
 
 def report(collective, key, process_set_id, error):

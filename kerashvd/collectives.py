@@ -14,18 +14,19 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from . import _names, _sparse
+from . import _core, _names, _sparse
 from ._local_errors import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER,
                             InvalidArgumentError, shared_with_peers)
 from ._xla import check_not_xla
 from ._ops import OPS
 from .compression import Compression
 from .process_sets import global_process_set, resolve, set_size
-from .reduce_ops import Average, Sum, resolve_op
+from .reduce_ops import SCATTER_OPS, Average, resolve_op
 from .runtime import _require_init
 
-_REDUCE_DTYPES = {tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int8, tf.uint8, tf.int32, tf.int64}
-_ALL_DTYPES = _REDUCE_DTYPES | {tf.bool, tf.int16, tf.uint16}
+# The engine's dtypes (kerashvd._core.DTYPES, ops/core/types.cc), and those it reduces.
+_ALL_DTYPES = {tf.as_dtype(row["name"]) for row in _core.DTYPES}
+_REDUCE_DTYPES = {tf.as_dtype(row["name"]) for row in _core.DTYPES if row["reducible"]}
 # Moved bit for bit as the signed type of their width by the collectives that only move data
 # (broadcast, allgather): e.g. Keras' random-generator state is uint32 in some releases.
 _CARRIED_AS = {tf.uint32: tf.int32, tf.uint64: tf.int64}
@@ -419,7 +420,7 @@ def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0,
     ps = resolve(process_set, "reducescatter")
     key = _names.tensor_name("reducescatter", name, ps)
     with shared_with_peers(REDUCESCATTER, key, ps):
-        op = resolve_op(op, None, allowed=(Average, Sum))
+        op = resolve_op(op, None, allowed=SCATTER_OPS)
         tensor = _require_rows(_as_tensor(tensor, "reducescatter", _REDUCE_DTYPES), "reducescatter")
     return OPS.kerashvd_reducescatter(tensor, reduce_op=op, prescale_factor=prescale_factor,
                                       postscale_factor=postscale_factor, tensor_name=key,
@@ -434,7 +435,7 @@ def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_fa
     ps = resolve(process_set, "grouped_reducescatter")
     key = _names.tensor_name("grouped_reducescatter", name, ps)
     with shared_with_peers(REDUCESCATTER, key, ps):
-        op = resolve_op(op, None, allowed=(Average, Sum))
+        op = resolve_op(op, None, allowed=SCATTER_OPS)
         tensors = [_require_rows(t, "grouped_reducescatter")
                    for t in _as_tensor_list(tensors, "grouped_reducescatter", _REDUCE_DTYPES)]
     if not tensors:

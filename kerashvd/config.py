@@ -1,12 +1,17 @@
 """Engine settings: read once at init() from KERASHVD_* variables and keyword arguments.
 
-Each setting has one environment variable and one keyword of :func:`kerashvd.init`. Values are
-validated here; an unknown ``KERASHVD_*`` variable is an error (a typo must not silently fall
-back to a default).
+The settings are the engine's table (``kerashvd._core.SETTINGS``, ops/core/settings.cc): each
+has one :func:`kerashvd.init` keyword, one ``KERASHVD_*`` variable (some also Horovod's
+``HOROVOD_*`` one) and one ``kerashvdrun`` flag, and the engine parses and checks every value
+(``_core.apply_setting``). This module picks each value's source and words the errors. An
+unknown ``KERASHVD_*`` variable or keyword is an error (a typo must not silently fall back to
+a default).
+
+>>> from kerashvd import config
+>>> config.SETTINGS["cycle_time_ms"]["variable"]
+'KERASHVD_CYCLE_TIME'
 """
 
-import dataclasses
-import math
 import os
 
 from . import _core, gpu_pinning, tf_threads
@@ -16,143 +21,78 @@ from . import _core, gpu_pinning, tf_threads
 # KERASHVD_ELASTIC, where the ranks of an elastic job reach kerashvdrun (elastic/launcher_link.py).
 _OTHER_VARIABLES = {tf_threads.VARIABLE, gpu_pinning.VARIABLE, "KERASHVD_RESTART_COUNT",
                     "KERASHVD_ELASTIC"}
-# String settings: variable -> init() keyword.
-_PATH_SETTINGS = {"KERASHVD_TIMELINE": "timeline"}
-# Hierarchical collectives (ops/core/backend/mpi/mpi_hierarchical.h): init() keyword -> its
-# variable and Horovod's name for it, which is accepted too.
-HIERARCHICAL_SETTINGS = {
-    "hierarchical_allreduce": ("KERASHVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"),
-    "hierarchical_allgather": ("KERASHVD_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER"),
-}
-_HIERARCHICAL_VALUES = {"auto": "auto", "on": "on", "1": "on", "true": "on", "yes": "on",
-                        "off": "off", "0": "off", "false": "off", "no": "off"}
+
+# init() keyword -> the engine's row for it: variable, horovod_variable, flag, kind, minimum,
+# unit, help, default, expected (what a value must be), ...
+SETTINGS = {row["key"]: row for row in _core.SETTINGS}
 
 
-@dataclasses.dataclass(frozen=True)
-class _Setting:
-    variable: str
-    field: str      # attribute of _core.Config
-    unit: float     # multiply the variable's value by this to get the field's unit
-    minimum: float
-    doc: str
+def describe(row):
+    """``row``'s help with its unit and default, as errors and docs show it."""
+    unit = f"in {row['unit']}; " if row["unit"] else ""
+    default = row["default"] or "none"
+    return f"{unit}{row['help']}; default {default}"
 
 
-SETTINGS = {
-    "fusion_threshold_bytes": _Setting(
-        "KERASHVD_FUSION_THRESHOLD", "fusion_threshold_bytes", 1, 0,
-        "bytes of tensors fused into one collective (default 128 MiB)"),
-    "cycle_time_ms": _Setting(
-        "KERASHVD_CYCLE_TIME", "cycle_time_ms", 1, 0.01,
-        "sleep of the background thread between negotiation cycles while nothing is pending "
-        "on this rank, in milliseconds (default 50; a submission wakes it at once)"),
-    "cache_capacity": _Setting(
-        "KERASHVD_CACHE_CAPACITY", "cache_capacity", 1, 0,
-        "negotiated signatures remembered (default 1024; 0 disables the response cache)"),
-    "stall_check_seconds": _Setting(
-        "KERASHVD_STALL_CHECK_TIME", "stall_check_seconds", 1, 0,
-        "seconds before a collective missing on some ranks is reported (default 60; 0: never)"),
-    "stall_shutdown_seconds": _Setting(
-        "KERASHVD_STALL_SHUTDOWN_TIME", "stall_shutdown_seconds", 1, 0,
-        "seconds before a stalled collective fails on every rank (default 0: never)"),
-    "peer_timeout_seconds": _Setting(
-        "KERASHVD_PEER_TIMEOUT", "peer_timeout_seconds", 1, 2,
-        "seconds without a heartbeat from a rank before it counts as frozen, which fails every "
-        "rank's collectives naming it (default 30). Ranks send heartbeats every second, so it "
-        "must be >= 2; dead-rank detection cannot be turned off (0 is refused): to pause a rank "
-        "in a debugger, set a large value such as 86400"),
-    "huge_pages": _Setting(
-        "KERASHVD_HUGE_PAGES", "huge_pages", 1, 0,
-        "1 (default): back large CPU buffers of collectives with transparent huge pages, which "
-        "speeds MPI's shared-memory copies; 0: leave memory as TensorFlow allocated it"),
-    "timeline_max_mb": _Setting(
-        "KERASHVD_TIMELINE_MAX_MB", "timeline_max_bytes", 1 << 20, 0.001,
-        "largest timeline file in MiB; recording stops there (default 256)"),
-}
+def _keyword_text(row, value):
+    """An init() keyword's value as the variable would spell it (True -> "1" or "on")."""
+    if isinstance(value, bool):
+        return row.get("on", "1") if value else row.get("off", "0")
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return str(value)  # also for numpy's numbers, whose repr() is "np.float64(2.5)"
 
 
-def _parse(setting, text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(
-            f"{setting.variable} must be a number ({setting.doc}); received {text!r}") from None
-    return value
+def _apply(config, row, name, text, received):
+    """Stores ``text`` in ``config``; raises ValueError naming ``name`` and ``received``."""
+    expected = _core.apply_setting(config, row["key"], text)
+    if expected is not None:
+        raise ValueError(f"{name} must be {expected} ({describe(row)}); received {received}")
 
 
-def _hierarchical_mode(text, source):
-    """'auto', 'on' or 'off' for a hierarchical setting's value (str, bool or None)."""
-    if text is None:
-        return "auto"
-    if isinstance(text, bool):
-        return "on" if text else "off"
-    mode = _HIERARCHICAL_VALUES.get(str(text).strip().lower())
-    if mode is None:
-        raise ValueError(f"{source} must be 'auto' (node by node where there are several nodes "
-                         f"and several ranks on a node), 'on' (1) or 'off' (0); received "
-                         f"{text!r}")
-    return mode
-
-
-def _hierarchical(key, overrides):
-    """The mode of one hierarchical setting: the keyword, else kerashvd's variable, else
-    Horovod's; the two variables must agree when both are set."""
-    if overrides.get(key) is not None:
-        return _hierarchical_mode(overrides[key], f"{key}")
-    ours, horovods = HIERARCHICAL_SETTINGS[key]
-    modes = {name: _hierarchical_mode(os.environ[name], name)
-             for name in (ours, horovods) if name in os.environ}
-    if len(set(modes.values())) > 1:
+def _from_environment(row):
+    """(variable, text) of the setting's variable, else Horovod's, else (None, None). The two
+    variables must agree when both are set."""
+    names = [n for n in (row["variable"], row["horovod_variable"]) if n and n in os.environ]
+    values = {}
+    for name in names:
+        scratch = _core.Config()
+        _apply(scratch, row, name, os.environ[name], repr(os.environ[name]))
+        values[name] = _core.setting_text(scratch, row["key"])
+    if len(set(values.values())) > 1:
+        ours, horovods = names
         raise ValueError(f"{ours}={os.environ[ours]!r} and {horovods}={os.environ[horovods]!r} "
                          "disagree; set one of them")
-    return next(iter(modes.values()), "auto")
+    return (names[0], os.environ[names[0]]) if names else (None, None)
 
 
 def build_config(overrides):
     """Returns a validated ``_core.Config`` from the environment and ``overrides``.
 
+    Args:
+        overrides: init()'s keyword arguments; None stands for "not given".
+
     Raises:
         ValueError: for an unknown ``KERASHVD_*`` variable or keyword, or a bad value.
     """
-    known = ({s.variable for s in SETTINGS.values()} | _OTHER_VARIABLES | set(_PATH_SETTINGS)
-             | {ours for ours, _ in HIERARCHICAL_SETTINGS.values()})
+    known = {row["variable"] for row in SETTINGS.values()} | _OTHER_VARIABLES
     unknown = sorted(k for k in os.environ if k.startswith("KERASHVD_") and k not in known)
     if unknown:
         raise ValueError(
             f"Unknown kerashvd setting(s) in the environment: {', '.join(unknown)}. "
             f"Known: {', '.join(sorted(known))}.")
     tf_threads.spinning_setting()  # raises for a bad value
-    keywords = set(SETTINGS) | set(_PATH_SETTINGS.values()) | set(HIERARCHICAL_SETTINGS)
-    bad = sorted(set(overrides) - keywords)
+    bad = sorted(set(overrides) - set(SETTINGS))
     if bad:
-        raise ValueError(f"init() got unknown setting(s) {bad}; known: {sorted(keywords)}")
+        raise ValueError(f"init() got unknown setting(s) {bad}; known: {sorted(SETTINGS)}")
 
     config = _core.Config()
-    for key, setting in SETTINGS.items():
-        if key in overrides and overrides[key] is not None:
-            try:
-                value = float(overrides[key]) * setting.unit
-            except (TypeError, ValueError):
-                raise ValueError(f"{key} must be a number ({setting.doc}); received "
-                                 f"{key}={overrides[key]!r}") from None
-            source = f"{key}={overrides[key]!r}"
-        elif setting.variable in os.environ:
-            value = _parse(setting, os.environ[setting.variable]) * setting.unit
-            source = f"{setting.variable}={os.environ[setting.variable]!r}"
-        else:
+    for key, row in SETTINGS.items():
+        if overrides.get(key) is not None:
+            value = overrides[key]
+            _apply(config, row, key, _keyword_text(row, value), repr(value))
             continue
-        if not math.isfinite(value):
-            # inf/nan pass float() but are no value at all: say so, not ">= minimum".
-            raise ValueError(f"{key} must be a finite number >= {setting.minimum:g} "
-                             f"({setting.doc}); received {source}")
-        if value < setting.minimum:
-            raise ValueError(f"{key} must be >= {setting.minimum:g} ({setting.doc}); "
-                             f"received {source}")
-        current = getattr(config, setting.field)
-        setattr(config, setting.field, type(current)(value))
-    for key in HIERARCHICAL_SETTINGS:
-        setattr(config, key, getattr(_core.Hierarchical, _hierarchical(key, overrides)))
-    for variable, key in _PATH_SETTINGS.items():
-        path = overrides.get(key) or os.environ.get(variable, "")
-        if path:
-            setattr(config, key + "_path", os.fspath(path))
+        name, text = _from_environment(row)
+        if name is not None:
+            _apply(config, row, name, text, repr(text))
     return config

@@ -37,11 +37,11 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
             ``local_rank()`` (modulo their number) visible to this rank's TensorFlow, as
             Horovod's scripts do by hand (see ``kerashvd.gpu_pinning``). Default: True, or
             ``KERASHVD_PIN_GPU`` (0 or 1) when set.
-        **settings: engine settings overriding their ``KERASHVD_*`` variables:
-            ``fusion_threshold_bytes``, ``cycle_time_ms``, ``cache_capacity``,
-            ``stall_check_seconds``, ``stall_shutdown_seconds``, ``peer_timeout_seconds``,
-            and ``hierarchical_allreduce``/``hierarchical_allgather`` (``"auto"``, ``"on"``
-            or True, ``"off"`` or False; see README "Many nodes").
+        **settings: engine settings overriding their ``KERASHVD_*`` variables, one keyword
+            per row of the engine's table (``kerashvd.config.SETTINGS``: its variable, unit,
+            default and help), e.g. ``cycle_time_ms=5``, ``fusion_threshold_bytes=0``,
+            ``hierarchical_allreduce=True`` (``"auto"``, ``"on"`` or True, ``"off"`` or
+            False; see README "Many nodes"). ``kerashvdrun --help`` lists them as flags.
 
     Raises:
         ValueError: for an unknown setting or ``KERASHVD_*`` variable, or a bad value.

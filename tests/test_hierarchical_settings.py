@@ -11,6 +11,7 @@ VARIABLES = ("KERASHVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"
 def config(monkeypatch):
     """build_config with the hierarchical variables cleared first; returns (allreduce,
     allgather) mode names."""
+    from kerashvd import _core
     from kerashvd import config as _config
 
     for name in VARIABLES:
@@ -20,7 +21,8 @@ def config(monkeypatch):
         for name, value in (env or {}).items():
             monkeypatch.setenv(name, value)
         c = _config.build_config(overrides)
-        return c.hierarchical_allreduce.name, c.hierarchical_allgather.name
+        return (_core.setting_text(c, "hierarchical_allreduce"),
+                _core.setting_text(c, "hierarchical_allgather"))
 
     return build
 

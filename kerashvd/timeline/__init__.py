@@ -14,9 +14,11 @@ import json
 import sys
 
 from .. import _core
+from ..config import SETTINGS
 from ..runtime import _require_init
 
-DEFAULT_MAX_MB = 256
+# The engine's default for KERASHVD_TIMELINE_MAX_MB (ops/core/config.h).
+DEFAULT_MAX_MB = float(SETTINGS["timeline_max_mb"]["default"])
 
 
 def start_timeline(path, max_mb=DEFAULT_MAX_MB):

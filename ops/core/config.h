@@ -1,5 +1,6 @@
 // Config: every engine setting, read once by Python at init() from KERASHVD_* variables and
 // keyword arguments, validated there, and handed to the engine. The engine never calls getenv.
+// The initializers below are the defaults; settings.h says how users set each field.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +31,9 @@ struct Config {
   double peer_timeout_seconds = 30.0;
   // Advise large host buffers of collectives to use transparent huge pages (huge_pages.h).
   bool huge_pages = true;
-  // Write a Chrome-trace timeline here from init() on ("" = none); see timeline.h.
   Hierarchical hierarchical_allreduce = Hierarchical::kAuto;
   Hierarchical hierarchical_allgather = Hierarchical::kAuto;
+  // Write a Chrome-trace timeline here from init() on ("" = none); see timeline.h.
   std::string timeline_path;
   int64_t timeline_max_bytes = 256LL * 1024 * 1024;
 };

@@ -4,77 +4,112 @@
 
 namespace kerashvd {
 
+const std::vector<DataTypeInfo>& DataTypes() {
+  // In enum order (FindDataType relies on it).
+  static const std::vector<DataTypeInfo> table = {
+      {DataType::kUint8, "uint8", 1, true},
+      {DataType::kInt8, "int8", 1, true},
+      // Neither MPI nor NCCL reduces 16-bit integers everywhere; Horovod refuses them too.
+      {DataType::kUint16, "uint16", 2, false},
+      {DataType::kInt16, "int16", 2, false},
+      {DataType::kInt32, "int32", 4, true},
+      {DataType::kInt64, "int64", 8, true},
+      {DataType::kFloat16, "float16", 2, true},
+      {DataType::kBfloat16, "bfloat16", 2, true},
+      {DataType::kFloat32, "float32", 4, true},
+      {DataType::kFloat64, "float64", 8, true},
+      {DataType::kBool, "bool", 1, false},
+  };
+  return table;
+}
+
+const std::vector<ReduceOpInfo>& ReduceOps() {
+  static const std::vector<ReduceOpInfo> table = {
+      {static_cast<int>(ReduceOp::kAverage), "Average", true, true},
+      {static_cast<int>(ReduceOp::kSum), "Sum", true, true},
+      {static_cast<int>(ReduceOp::kMin), "Min", true, false},
+      {static_cast<int>(ReduceOp::kMax), "Max", true, false},
+      {static_cast<int>(ReduceOp::kProduct), "Product", true, false},
+      {kAdasum, "Adasum", false, false},
+  };
+  return table;
+}
+
+const ReduceOpInfo* FindReduceOp(int value) {
+  for (const ReduceOpInfo& row : ReduceOps())
+    if (row.value == value) return &row;
+  return nullptr;
+}
+
+const std::vector<OpTypeInfo>& OpTypes() {
+  static const std::vector<OpTypeInfo> table = {
+      {OpType::kAllreduce, "allreduce", true},
+      {OpType::kAllgather, "allgather", true},
+      {OpType::kBroadcast, "broadcast", true},
+      {OpType::kAlltoall, "alltoall", true},
+      {OpType::kReducescatter, "reducescatter", true},
+      {OpType::kBarrier, "barrier", false},
+      {OpType::kJoin, "join", false},
+  };
+  return table;
+}
+
+namespace {
+
+// Rows are in enum order, so this is an index (DataTypeSize is on the per-tensor path).
+const DataTypeInfo* FindDataType(DataType dtype) {
+  const std::vector<DataTypeInfo>& table = DataTypes();
+  const size_t i = static_cast<size_t>(dtype);
+  return i < table.size() && table[i].dtype == dtype ? &table[i] : nullptr;
+}
+
+}  // namespace
+
 size_t DataTypeSize(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUint8:
-    case DataType::kInt8:
-    case DataType::kBool:
-      return 1;
-    case DataType::kUint16:
-    case DataType::kInt16:
-    case DataType::kFloat16:
-    case DataType::kBfloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kFloat64:
-      return 8;
-  }
-  return 0;
+  const DataTypeInfo* row = FindDataType(dtype);
+  return row ? row->size : 0;
 }
 
 const char* DataTypeName(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUint8: return "uint8";
-    case DataType::kInt8: return "int8";
-    case DataType::kUint16: return "uint16";
-    case DataType::kInt16: return "int16";
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kFloat16: return "float16";
-    case DataType::kBfloat16: return "bfloat16";
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat64: return "float64";
-    case DataType::kBool: return "bool";
-  }
-  return "unknown";
-}
-
-const char* ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kAverage: return "Average";
-    case ReduceOp::kSum: return "Sum";
-    case ReduceOp::kMin: return "Min";
-    case ReduceOp::kMax: return "Max";
-    case ReduceOp::kProduct: return "Product";
-  }
-  return "unknown";
-}
-
-const char* OpTypeName(OpType op) {
-  switch (op) {
-    case OpType::kAllreduce: return "allreduce";
-    case OpType::kAllgather: return "allgather";
-    case OpType::kBroadcast: return "broadcast";
-    case OpType::kAlltoall: return "alltoall";
-    case OpType::kReducescatter: return "reducescatter";
-    case OpType::kBarrier: return "barrier";
-    case OpType::kJoin: return "join";
-  }
-  return "unknown";
+  const DataTypeInfo* row = FindDataType(dtype);
+  return row ? row->name : "unknown";
 }
 
 bool IsReducible(DataType dtype) {
-  switch (dtype) {
-    case DataType::kBool:
-    case DataType::kInt16:
-    case DataType::kUint16:
-      return false;
-    default:
-      return true;
+  const DataTypeInfo* row = FindDataType(dtype);
+  return row && row->reducible;
+}
+
+const char* ReduceOpName(ReduceOp op) {
+  const ReduceOpInfo* row = FindReduceOp(static_cast<int>(op));
+  return row ? row->name : "unknown";
+}
+
+std::string ReduceOpNames(bool scatter_only) {
+  std::string out;
+  for (const ReduceOpInfo& row : ReduceOps()) {
+    if (!row.implemented || (scatter_only && !row.scatter)) continue;
+    out += (out.empty() ? "" : ", ") + std::string(row.name);
   }
+  return out;
+}
+
+const OpTypeInfo* FindOpType(int value) {
+  for (const OpTypeInfo& row : OpTypes())
+    if (static_cast<int>(row.op) == value) return &row;
+  return nullptr;
+}
+
+const char* OpTypeName(OpType op) {
+  const OpTypeInfo* row = FindOpType(static_cast<int>(op));
+  return row ? row->name : "unknown";
+}
+
+std::string ReportableOpTypeNames() {
+  std::string out;
+  for (const OpTypeInfo& row : OpTypes())
+    if (row.reportable) out += (out.empty() ? "" : ", ") + std::string(row.name);
+  return out;
 }
 
 bool IsHalf(DataType dtype) {

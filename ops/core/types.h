@@ -1,4 +1,9 @@
 // Value types shared by every layer of the engine: data types, reduce ops, collective kinds.
+//
+// Each enum below has one table (DataTypes(), ReduceOps(), OpTypes()) that says everything
+// else there is to know about its values: names, sizes, what accepts them. The TF ops
+// (ops/tf) and Python (kerashvd._core, ops/python/facts.cc) read these tables instead of
+// keeping their own lists, so a value is added or renamed here and nowhere else.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +40,41 @@ enum class OpType : uint8_t {
   kJoin = 6,
 };
 
+// One row per DataType. `name` is numpy's and TensorFlow's Python name (tf.as_dtype(name)).
+struct DataTypeInfo {
+  DataType dtype;
+  const char* name;
+  size_t size;     // bytes per element
+  bool reducible;  // accepted by allreduce and reducescatter
+};
+const std::vector<DataTypeInfo>& DataTypes();
+
+// Python's number for Horovod's adaptive summation (hvd.Adasum). It is no ReduceOp: scripts
+// that name it import and run, and every collective refuses it.
+constexpr int kAdasum = 5;
+
+// One row per reduce op, under the name Python gives it (kerashvd.Sum, ...); the last row is
+// Adasum, known but not implemented.
+struct ReduceOpInfo {
+  int value;         // static_cast<int>(ReduceOp), or kAdasum
+  const char* name;
+  bool implemented;  // false: known to Horovod's users, refused by every collective
+  bool scatter;      // accepted by reducescatter as well as allreduce
+};
+const std::vector<ReduceOpInfo>& ReduceOps();
+// The row of a reduce op's number, or nullptr for a number that names none.
+const ReduceOpInfo* FindReduceOp(int value);
+
+// One row per collective kind, under the name Python's errors and the timeline use.
+struct OpTypeInfo {
+  OpType op;
+  const char* name;
+  bool reportable;  // a rank may fail it for all ranks with KerashvdReportError (controller.h)
+};
+const std::vector<OpTypeInfo>& OpTypes();
+// The row of an OpType's number, or nullptr.
+const OpTypeInfo* FindOpType(int value);
+
 using Shape = std::vector<int64_t>;
 
 size_t DataTypeSize(DataType dtype);
@@ -43,6 +83,11 @@ const char* ReduceOpName(ReduceOp op);
 const char* OpTypeName(OpType op);
 // Whether reductions (allreduce, reducescatter) accept this dtype.
 bool IsReducible(DataType dtype);
+// "Average, Sum, Min, Max, Product": the implemented reduce ops (with `scatter_only`, those
+// reducescatter accepts), for messages.
+std::string ReduceOpNames(bool scatter_only);
+// "allreduce, allgather, ...": the op types a rank may report an error for, for messages.
+std::string ReportableOpTypeNames();
 // float16 and bfloat16 are reduced in float32 and rounded once at the end.
 bool IsHalf(DataType dtype);
 bool IsFloating(DataType dtype);

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "../core/runtime.h"
+#include "facts.h"
 
 namespace py = pybind11;
 using kerashvd::Status;
@@ -39,23 +40,7 @@ std::shared_ptr<kerashvd::Engine> QueryEngine() {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "kerashvd engine runtime (C++).";
-  py::enum_<kerashvd::Hierarchical>(m, "Hierarchical")
-      .value("auto", kerashvd::Hierarchical::kAuto)
-      .value("off", kerashvd::Hierarchical::kOff)
-      .value("on", kerashvd::Hierarchical::kOn);
-  py::class_<kerashvd::Config>(m, "Config")
-      .def(py::init<>())
-      .def_readwrite("fusion_threshold_bytes", &kerashvd::Config::fusion_threshold_bytes)
-      .def_readwrite("cycle_time_ms", &kerashvd::Config::cycle_time_ms)
-      .def_readwrite("cache_capacity", &kerashvd::Config::cache_capacity)
-      .def_readwrite("stall_check_seconds", &kerashvd::Config::stall_check_seconds)
-      .def_readwrite("stall_shutdown_seconds", &kerashvd::Config::stall_shutdown_seconds)
-      .def_readwrite("peer_timeout_seconds", &kerashvd::Config::peer_timeout_seconds)
-      .def_readwrite("huge_pages", &kerashvd::Config::huge_pages)
-      .def_readwrite("hierarchical_allreduce", &kerashvd::Config::hierarchical_allreduce)
-      .def_readwrite("hierarchical_allgather", &kerashvd::Config::hierarchical_allgather)
-      .def_readwrite("timeline_path", &kerashvd::Config::timeline_path)
-      .def_readwrite("timeline_max_bytes", &kerashvd::Config::timeline_max_bytes);
+  kerashvd::python::RegisterFacts(m);  // DTYPES, REDUCE_OPS, ..., SETTINGS, Config
 
   m.def("init", [](const kerashvd::Config& config) {
     Status status;

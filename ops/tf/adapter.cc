@@ -18,21 +18,42 @@ absl::Status ToAbsl(const Status& status) {
   return absl::UnknownError(status.message());
 }
 
+namespace {
+
+// The TensorFlow type of each engine DataType.
+struct TfType {
+  DataType dtype;
+  tfw::DataType tf;
+};
+constexpr TfType kTfTypes[] = {
+    {DataType::kUint8, tfw::DT_UINT8},     {DataType::kInt8, tfw::DT_INT8},
+    {DataType::kUint16, tfw::DT_UINT16},   {DataType::kInt16, tfw::DT_INT16},
+    {DataType::kInt32, tfw::DT_INT32},     {DataType::kInt64, tfw::DT_INT64},
+    {DataType::kFloat16, tfw::DT_HALF},    {DataType::kBfloat16, tfw::DT_BFLOAT16},
+    {DataType::kFloat32, tfw::DT_FLOAT},   {DataType::kFloat64, tfw::DT_DOUBLE},
+    {DataType::kBool, tfw::DT_BOOL},
+};
+
+}  // namespace
+
 bool FromTfDtype(tfw::DataType dtype, DataType* out) {
-  switch (dtype) {
-    case tfw::DT_UINT8: *out = DataType::kUint8; return true;
-    case tfw::DT_INT8: *out = DataType::kInt8; return true;
-    case tfw::DT_UINT16: *out = DataType::kUint16; return true;
-    case tfw::DT_INT16: *out = DataType::kInt16; return true;
-    case tfw::DT_INT32: *out = DataType::kInt32; return true;
-    case tfw::DT_INT64: *out = DataType::kInt64; return true;
-    case tfw::DT_HALF: *out = DataType::kFloat16; return true;
-    case tfw::DT_BFLOAT16: *out = DataType::kBfloat16; return true;
-    case tfw::DT_FLOAT: *out = DataType::kFloat32; return true;
-    case tfw::DT_DOUBLE: *out = DataType::kFloat64; return true;
-    case tfw::DT_BOOL: *out = DataType::kBool; return true;
-    default: return false;
+  for (const TfType& t : kTfTypes) {
+    if (t.tf == dtype) {
+      *out = t.dtype;
+      return true;
+    }
   }
+  return false;
+}
+
+std::string TypeAttr(bool reducible_only) {
+  std::string types;
+  for (const DataTypeInfo& row : DataTypes()) {
+    if (reducible_only && !row.reducible) continue;
+    for (const TfType& t : kTfTypes)
+      if (t.dtype == row.dtype) types += (types.empty() ? "" : ", ") + tfw::DataTypeString(t.tf);
+  }
+  return "T: {" + types + "}";
 }
 
 Shape FromTfShape(const tfw::TensorShape& shape) {
@@ -53,9 +74,11 @@ CollectiveKernel::CollectiveKernel(tfw::OpKernelConstruction* context, OpType op
   if (context->HasAttr("reduce_op")) {
     int op;
     OP_REQUIRES_OK(context, context->GetAttr("reduce_op", &op));
-    OP_REQUIRES(context, op >= 0 && op <= 4,
-                absl::InvalidArgumentError("reduce_op must be one of Average, Sum, Min, Max, "
-                                           "Product; received " + std::to_string(op)));
+    const ReduceOpInfo* row = FindReduceOp(op);
+    OP_REQUIRES(context, row != nullptr && row->implemented,
+                absl::InvalidArgumentError("reduce_op must be one of " + ReduceOpNames(false) +
+                                           "; received " +
+                                           (row ? std::string(row->name) : std::to_string(op))));
     reduce_op_ = static_cast<ReduceOp>(op);
   }
   if (context->HasAttr("prescale_factor"))

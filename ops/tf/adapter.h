@@ -17,6 +17,9 @@ namespace tfw = ::tensorflow;
 
 absl::Status ToAbsl(const Status& status);
 bool FromTfDtype(tfw::DataType dtype, DataType* out);
+// The type attr of the collectives' REGISTER_OP, "T: {uint8, int8, ...}", from DataTypes():
+// with `reducible_only`, the types allreduce and reducescatter take.
+std::string TypeAttr(bool reducible_only);
 Shape FromTfShape(const tfw::TensorShape& shape);
 tfw::TensorShape ToTfShape(const Shape& shape);
 

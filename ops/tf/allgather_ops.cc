@@ -8,9 +8,6 @@ namespace tf {
 using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 
-#define KERASHVD_ALL_TYPES \
-  "T: {half, bfloat16, float, double, int8, uint8, int16, uint16, int32, int64, bool}"
-
 absl::Status UnknownFirstDim(InferenceContext* c) {
   for (int i = 0; i < c->num_inputs(); ++i) {
     ShapeHandle out;
@@ -21,7 +18,7 @@ absl::Status UnknownFirstDim(InferenceContext* c) {
 }
 
 REGISTER_OP("KerashvdAllgather")
-    .Attr(KERASHVD_ALL_TYPES)
+    .Attr(TypeAttr(false))
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")
     .Input("tensor: T")
@@ -30,7 +27,7 @@ REGISTER_OP("KerashvdAllgather")
     .Doc("Concatenates every rank's tensor along the first dimension, in rank order.");
 
 REGISTER_OP("KerashvdGroupedAllgather")
-    .Attr(KERASHVD_ALL_TYPES)
+    .Attr(TypeAttr(false))
     .Attr("N: int >= 1")
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")

@@ -6,10 +6,8 @@ namespace tf {
 
 using ::tensorflow::shape_inference::InferenceContext;
 
-#define KERASHVD_REDUCE_TYPES "T: {half, bfloat16, float, double, int8, uint8, int32, int64}"
-
 REGISTER_OP("KerashvdAllreduce")
-    .Attr(KERASHVD_REDUCE_TYPES)
+    .Attr(TypeAttr(true))
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")
@@ -24,7 +22,7 @@ REGISTER_OP("KerashvdAllreduce")
     .Doc("Reduces a tensor across all ranks; every rank receives the result.");
 
 REGISTER_OP("KerashvdGroupedAllreduce")
-    .Attr(KERASHVD_REDUCE_TYPES)
+    .Attr(TypeAttr(true))
     .Attr("N: int >= 1")
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")

@@ -9,7 +9,7 @@ using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 
 REGISTER_OP("KerashvdAlltoall")
-    .Attr("T: {half, bfloat16, float, double, int8, uint8, int16, uint16, int32, int64, bool}")
+    .Attr(TypeAttr(false))
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")
     .Attr("Tsplits: {int32, int64, float, double} = DT_INT64")

@@ -7,7 +7,7 @@ namespace tf {
 using ::tensorflow::shape_inference::InferenceContext;
 
 REGISTER_OP("KerashvdBroadcast")
-    .Attr("T: {half, bfloat16, float, double, int8, uint8, int16, uint16, int32, int64, bool}")
+    .Attr(TypeAttr(false))
     .Attr("root_rank: int")
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")
@@ -20,7 +20,7 @@ REGISTER_OP("KerashvdBroadcast")
     .Doc("Every rank receives root_rank's tensor.");
 
 REGISTER_OP("KerashvdGroupedBroadcast")
-    .Attr("T: {half, bfloat16, float, double, int8, uint8, int16, uint16, int32, int64, bool}")
+    .Attr(TypeAttr(false))
     .Attr("N: int >= 1")
     .Attr("root_rank: int")
     .Attr("tensor_name: string")

@@ -159,9 +159,10 @@ class ReducescatterKernel : public CollectiveKernel {
       if (s.empty())
         return absl::InvalidArgumentError("reducescatter of '" + tensor_name_ +
                                           "' needs a tensor of rank >= 1; received a scalar.");
-    if (reduce_op_ != ReduceOp::kSum && reduce_op_ != ReduceOp::kAverage)
-      return absl::InvalidArgumentError("reducescatter supports op=Average or op=Sum; received " +
-                                        std::string(ReduceOpName(reduce_op_)));
+    const ReduceOpInfo* op = FindReduceOp(static_cast<int>(reduce_op_));
+    if (op == nullptr || !op->scatter)
+      return absl::InvalidArgumentError("reducescatter supports the ops " + ReduceOpNames(true) +
+                                        "; received " + ReduceOpName(reduce_op_));
     return absl::OkStatus();
   }
   absl::Status PrepareOutputs(tfw::OpKernelContext* context, TensorEntry* entry) override {

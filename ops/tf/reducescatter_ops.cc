@@ -18,7 +18,7 @@ absl::Status ScatteredShape(InferenceContext* c) {
 }
 
 REGISTER_OP("KerashvdReducescatter")
-    .Attr("T: {half, bfloat16, float, double, int8, uint8, int32, int64}")
+    .Attr(TypeAttr(true))
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")
@@ -30,7 +30,7 @@ REGISTER_OP("KerashvdReducescatter")
     .Doc("Reduces across ranks and scatters slices of the first dimension.");
 
 REGISTER_OP("KerashvdGroupedReducescatter")
-    .Attr("T: {half, bfloat16, float, double, int8, uint8, int32, int64}")
+    .Attr(TypeAttr(true))
     .Attr("N: int >= 1")
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")

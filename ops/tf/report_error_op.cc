@@ -24,10 +24,11 @@ class ReportErrorKernel : public CollectiveKernel {
       : CollectiveKernel(c, OpType::kAllreduce) {
     int collective;
     OP_REQUIRES_OK(c, c->GetAttr("collective", &collective));
-    OP_REQUIRES(c, collective >= 0 && collective <= static_cast<int>(OpType::kReducescatter),
-                absl::InvalidArgumentError("collective must be an allreduce, allgather, "
-                                           "broadcast, alltoall or reducescatter; received " +
-                                           std::to_string(collective)));
+    const OpTypeInfo* row = FindOpType(collective);
+    OP_REQUIRES(c, row != nullptr && row->reportable,
+                absl::InvalidArgumentError("collective must be the number of one of " +
+                                           ReportableOpTypeNames() + " (kerashvd._core.OP_TYPES)"
+                                           "; received " + std::to_string(collective)));
     op_type_ = static_cast<OpType>(collective);
   }
 
