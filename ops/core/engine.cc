@@ -19,6 +19,7 @@ Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
   std::unique_ptr<Engine> engine(new Engine(config));
   Engine* e = engine.get();
   KERASHVD_RETURN_IF_ERROR(MpiContext::Create(&e->mpi_));
+  e->topology_ = e->mpi_->topology();
   KERASHVD_RETURN_IF_ERROR(
       MpiStatus(MPI_Comm_dup(e->mpi_->comm(), &e->registry_comm_), "MPI_Comm_dup"));
   MPI_Comm_set_errhandler(e->registry_comm_, MPI_ERRORS_RETURN);

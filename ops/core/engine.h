@@ -34,6 +34,7 @@
 #include "lane.h"
 #include "peer_monitor.h"
 #include "timeline.h"
+#include "topology.h"
 
 namespace kerashvd {
 
@@ -81,6 +82,9 @@ class Engine {
   StragglerCounters StragglerSnapshot(bool reset) { return world_->StragglerSnapshot(reset); }
 
   const Config& config() const { return config_; }
+  // Where this rank sits (what the bindings report).
+  const Topology& topology() const { return topology_; }
+  // The world's communicator, for the C++ GPU tests and benchmark (backend/nccl) only.
   const MpiContext& mpi() const { return *mpi_; }
 
  private:
@@ -124,6 +128,7 @@ class Engine {
   Config config_;
   AbortFlag abort_;  // set when a peer fails; every wait in a collective checks it
   std::unique_ptr<MpiContext> mpi_;
+  Topology topology_;
   Timeline timeline_;
   std::unique_ptr<Lane> world_;         // process set 0
   std::unique_ptr<GpuPlane> gpu_;       // GPU tensors; created by the first GPU group

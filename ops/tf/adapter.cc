@@ -81,7 +81,7 @@ void CollectiveKernel::ComputeAsync(tfw::OpKernelContext* context, DoneCallback 
   OP_REQUIRES_ASYNC(
       context, set.rank >= 0,
       absl::InvalidArgumentError(
-          "'" + tensor_name_ + "': rank " + std::to_string(engine->mpi().rank()) +
+          "'" + tensor_name_ + "': rank " + std::to_string(engine->topology().rank) +
           " is not in process set " + std::to_string(process_set_) +
           "; only its members may call its collectives (check process_set.included())."),
       done);
