@@ -22,7 +22,7 @@
 //   and a submission wakes the loop at once, so no collective ever waits for this sleep; it
 //   only bounds how soon stalls and a peer's shutdown are noticed. The exception is the
 //   world's lane while a GPU collective of a process set is pending on some rank (see
-//   engine.h): that collective needs a cycle of every rank, so all ranks nap kPendingNap.
+//   device_router.h): that collective needs a cycle of every rank, so all ranks nap kPendingNap.
 //   Otherwise a rank that is computing its next gradients is woken only ~20 times a second
 //   by its engine: with 2 ranks sharing 2 cores, every wake-up preempts a compute thread, and
 //   a cycle of about 1 ms slowed every training step by ~2%.

@@ -97,7 +97,7 @@ PYBIND11_MODULE(_core, m) {
     Status status;
     {
       py::gil_scoped_release release;
-      status = Engine()->AddProcessSet(ranks, &id);
+      status = Engine()->process_sets().Add(ranks, &id);
     }
     RaiseIfError(status);
     return id;
@@ -110,7 +110,7 @@ PYBIND11_MODULE(_core, m) {
     Status status;
     {
       py::gil_scoped_release release;
-      status = Engine()->AddSplitProcessSets(mine, &ids, &lists, &my_index);
+      status = Engine()->process_sets().AddSplit(mine, &ids, &lists, &my_index);
     }
     RaiseIfError(status);
     std::vector<std::pair<int, std::vector<int>>> sets;
@@ -123,7 +123,7 @@ PYBIND11_MODULE(_core, m) {
     Status status;
     {
       py::gil_scoped_release release;
-      status = Engine()->RemoveProcessSet(id, &removed);
+      status = Engine()->process_sets().Remove(id, &removed);
     }
     RaiseIfError(status);
     return removed;

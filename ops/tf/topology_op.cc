@@ -33,7 +33,7 @@ class TopologyKernel : public tfw::OpKernel {
     OP_REQUIRES_OK(context, ToAbsl(RequireEngineForQuery(&engine)));
     const Topology& topo = engine->topology();
     ProcessSetView set;
-    OP_REQUIRES_OK(context, ToAbsl(engine->ProcessSet(process_set_, &set)));
+    OP_REQUIRES_OK(context, ToAbsl(engine->process_sets().View(process_set_, &set)));
     int value = 0;
     if (what_ == "process_set_included") value = set.rank >= 0 ? 1 : 0;
     else if (what_ == "rank" && process_set_ != 0) value = set.rank;

@@ -47,6 +47,44 @@ Status FakeWorld::Exchange(int rank, const std::string& send, std::vector<std::s
   return Status::Ok();
 }
 
+std::shared_ptr<FakeWorld> FakeWorld::SubWorld(uint64_t split, int color, int size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& world = sub_worlds_[{split, color}];
+  if (!world) world = std::make_shared<FakeWorld>(size);
+  return world;
+}
+
+Status FakeGroup::Allgather(const std::vector<uint64_t>& words, const char* what,
+                            std::vector<uint64_t>* all) {
+  std::string send(reinterpret_cast<const char*>(words.data()), sizeof(uint64_t) * words.size());
+  std::vector<std::string> received;
+  KERASHVD_RETURN_IF_ERROR(world_->Exchange(rank_, send, &received, timeout_, abort_, what));
+  all->clear();
+  for (const std::string& bytes : received) {
+    const size_t at = all->size();
+    all->resize(at + bytes.size() / sizeof(uint64_t));
+    std::memcpy(all->data() + at, bytes.data(), bytes.size());
+  }
+  return Status::Ok();
+}
+
+Status FakeGroup::Split(int color, std::unique_ptr<Group>* out) {
+  std::vector<uint64_t> colors;
+  KERASHVD_RETURN_IF_ERROR(Allgather({static_cast<uint64_t>(static_cast<int64_t>(color))},
+                                     "split", &colors));
+  const uint64_t split = splits_++;
+  out->reset();
+  if (color < 0) return Status::Ok();
+  int size = 0, rank = 0;
+  for (int r = 0; r < world_->size(); ++r) {
+    if (static_cast<int64_t>(colors[r]) != color) continue;
+    if (r < rank_) ++rank;
+    ++size;
+  }
+  *out = std::make_unique<FakeGroup>(world_->SubWorld(split, color, size), rank, timeout_, abort_);
+  return Status::Ok();
+}
+
 Status FakeControlPlane::AllreduceBitwiseAnd(uint64_t* words, int count) {
   std::string send(reinterpret_cast<const char*>(words), sizeof(uint64_t) * count);
   std::vector<std::string> all;

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,6 +23,7 @@
 
 #include "../abort_flag.h"
 #include "../control_plane.h"
+#include "../group.h"
 
 namespace kerashvd {
 namespace testing {
@@ -33,6 +35,9 @@ class FakeWorld {
   // Collective over all ranks: `received` gets every rank's `send`, in rank order.
   Status Exchange(int rank, const std::string& send, std::vector<std::string>* received,
                   std::chrono::milliseconds timeout, const AbortFlag* abort, const char* what);
+  // The world of the ranks that passed `color` to split number `split` of this world (the
+  // first of them to ask creates it).
+  std::shared_ptr<FakeWorld> SubWorld(uint64_t split, int color, int size);
 
  private:
   // Waits until `arrived_` reaches size_ for generation `generation`; false on timeout/abort.
@@ -45,6 +50,28 @@ class FakeWorld {
   int arrived_ = 0;
   uint64_t generation_ = 0;
   bool broken_ = false;
+  std::map<std::pair<uint64_t, int>, std::shared_ptr<FakeWorld>> sub_worlds_;
+};
+
+// Group (../group.h) for one rank of a FakeWorld.
+class FakeGroup : public Group {
+ public:
+  FakeGroup(std::shared_ptr<FakeWorld> world, int rank,
+            std::chrono::milliseconds timeout = std::chrono::milliseconds(5000),
+            const AbortFlag* abort = nullptr)
+      : world_(std::move(world)), rank_(rank), timeout_(timeout), abort_(abort) {}
+  int rank() const override { return rank_; }
+  int size() const override { return world_->size(); }
+  Status Allgather(const std::vector<uint64_t>& words, const char* what,
+                   std::vector<uint64_t>* all) override;
+  Status Split(int color, std::unique_ptr<Group>* out) override;
+
+ private:
+  std::shared_ptr<FakeWorld> world_;
+  int rank_;
+  std::chrono::milliseconds timeout_;
+  const AbortFlag* abort_;
+  uint64_t splits_ = 0;
 };
 
 // The negotiation's ControlPlane for one rank of a FakeWorld.
