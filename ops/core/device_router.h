@@ -21,6 +21,7 @@
 
 #include "abort_flag.h"
 #include "backend/gpu_plane.h"
+#include "backend/mpi/mpi_context.h"
 #include "controller.h"
 #include "executor.h"
 #include "timeline.h"

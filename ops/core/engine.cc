@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "backend/mpi/mpi_group.h"
+#include "backend/mpi/mpi_transport.h"
 
 namespace kerashvd {
 namespace {
@@ -27,7 +28,8 @@ Status Engine::Create(const Config& config, std::unique_ptr<Engine>* out) {
   e->registry_ = std::make_unique<ProcessSetRegistry>(std::move(registry_group), &e->abort_, host);
   e->router_ = std::make_unique<DeviceRouter>(e->mpi_.get(), &e->abort_, &e->timeline_);
   e->world_ = std::make_unique<Lane>(
-      0, e->mpi_.get(), AllRanks(e->mpi_->size()), config, &e->abort_, &e->timeline_,
+      0, MakeMpiTransport(e->mpi_.get(), config, &e->abort_, "", 0), AllRanks(e->mpi_->size()),
+      config, &e->abort_, &e->timeline_,
       [e](int id, int rank) { return e->registry_->IsMember(id, rank); });
   e->world_->set_executor_chooser(
       [e](const std::vector<WorkItem*>& group, Executor* host, Executor** out) {
@@ -94,7 +96,10 @@ Status Engine::StartSet(int id, const std::vector<int>& ranks, std::unique_ptr<G
   KERASHVD_RETURN_IF_ERROR(MpiGroup::ToContexts(std::move(group), &set->comm,
                                                 GpuPlaneBuilt() ? &gpu_comm : nullptr));
   if (gpu_comm) router_->AddSet(id, std::move(gpu_comm));
-  set->lane = std::make_unique<Lane>(id, set->comm.get(), ranks, config_, &abort_, &timeline_);
+  set->lane = std::make_unique<Lane>(
+      id, MakeMpiTransport(set->comm.get(), config_, &abort_,
+                           "process set " + std::to_string(id) + ": ", ranks[0]),
+      ranks, config_, &abort_, &timeline_);
   set->lane->Start();
   std::lock_guard<std::mutex> lock(lanes_mutex_);
   set_lanes_[id] = std::move(set);
