@@ -5,32 +5,21 @@
 #include <pthread.h>
 #include <sstream>
 
-#include "backend/mpi/mpi_backend.h"
-#include "backend/mpi/mpi_control_plane.h"
 #include "fusion.h"
-#include "logging.h"
-#include "peer_monitor.h"
 
 namespace kerashvd {
 
-Lane::Lane(int id, const MpiContext* comm, std::vector<int> world_ranks, const Config& config,
+Lane::Lane(int id, LaneTransport transport, std::vector<int> world_ranks, const Config& config,
            AbortFlag* abort, Timeline* timeline, Membership membership)
     : id_(id),
-      comm_(comm),
       world_ranks_(std::move(world_ranks)),
       config_(config),
       abort_(abort),
       timeline_(timeline),
-      huge_pages_(config.huge_pages),
+      huge_pages_(std::move(transport.huge_pages)),
+      control_(std::move(transport.control)),
       host_memory_(config.huge_pages) {
-  control_ = std::make_unique<MpiControlPlane>(comm_, BackstopTimeout(config.peer_timeout_seconds),
-                                               abort_);
-  HierarchyPlan hierarchy = PlanHierarchy(config, *comm_);
-  if (!hierarchy.note.empty() && comm_->rank() == 0)
-    LogWarning(world_ranks_[0], (id_ == 0 ? "" : "process set " + std::to_string(id_) + ": ") +
-                                    hierarchy.note);
-  auto timed = std::make_unique<TimedBackend>(
-      std::make_unique<MpiBackend>(comm_, abort_, &huge_pages_, std::move(hierarchy)), &stats_);
+  auto timed = std::make_unique<TimedBackend>(std::move(transport.backend), &stats_);
   timed_backend_ = timed.get();
   backend_ = std::move(timed);
   control_->set_idler([this](std::chrono::microseconds nap) {
@@ -47,7 +36,7 @@ Lane::Lane(int id, const MpiContext* comm, std::vector<int> world_ranks, const C
   controller_ = std::make_unique<Controller>(control_.get(), config, world_ranks_,
                                              std::move(membership));
   executor_ = std::make_unique<Executor>(
-      backend_.get(), &host_memory_, timeline_, comm_->rank(), comm_->size(),
+      backend_.get(), &host_memory_, timeline_, control_->rank(), control_->size(),
       id_ == 0 ? "" : "process_set." + std::to_string(id_) + "/");
 }
 
@@ -95,7 +84,7 @@ std::string Lane::ShutdownMessage(const std::vector<int>& ranks) const {
   for (int r : ranks) msg << " " << world_ranks_[r];
   msg << (id_ == 0 ? " (kerashvd.shutdown() was called, or the process exited)"
                    : " (kerashvd.shutdown() or remove_process_set() was called)")
-      << " while this collective was pending on rank " << world_ranks_[comm_->rank()]
+      << " while this collective was pending on rank " << world_ranks_[control_->rank()]
       << ". Every rank must run the same collectives before shutting down.";
   return msg.str();
 }

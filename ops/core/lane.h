@@ -22,7 +22,7 @@
 //   and a submission wakes the loop at once, so no collective ever waits for this sleep; it
 //   only bounds how soon stalls and a peer's shutdown are noticed. The exception is the
 //   world's lane while a GPU collective of a process set is pending on some rank (see
-//   engine.h): that collective needs a cycle of every rank, so all ranks nap kPendingNap.
+//   device_router.h): that collective needs a cycle of every rank, so all ranks nap kPendingNap.
 //   Otherwise a rank that is computing its next gradients is woken only ~20 times a second
 //   by its engine: with 2 ranks sharing 2 cores, every wake-up preempts a compute thread, and
 //   a cycle of about 1 ms slowed every training step by ~2%.
@@ -42,13 +42,13 @@
 
 #include "abort_flag.h"
 #include "backend/backend.h"
-#include "backend/mpi/mpi_context.h"
 #include "config.h"
 #include "control_plane.h"
 #include "controller.h"
 #include "executor.h"
 #include "host_memory_ops.h"
 #include "huge_pages.h"
+#include "lane_transport.h"
 #include "straggler_stats.h"
 #include "tensor_queue.h"
 #include "timed_backend.h"
@@ -64,10 +64,11 @@ class Lane {
   using ExecutorChooser = std::function<Status(const std::vector<WorkItem*>&, Executor* host,
                                                Executor** out)>;
 
-  // `comm` is this lane's communicator; `world_ranks[i]` is the world rank of its rank i
-  // (used in error messages). `abort` and `timeline` are the engine's and outlive the lane.
-  // `membership`: the world's lane only (see Controller).
-  Lane(int id, const MpiContext* comm, std::vector<int> world_ranks, const Config& config,
+  // `transport`: this lane's communicator, as a control plane and a host backend (built by
+  // the backend that owns it, e.g. MakeMpiTransport). `world_ranks[i]` is the world rank of its
+  // rank i (used in error messages). `abort` and `timeline` are the engine's and outlive the
+  // lane. `membership`: the world's lane only (see Controller).
+  Lane(int id, LaneTransport transport, std::vector<int> world_ranks, const Config& config,
        AbortFlag* abort, Timeline* timeline, Membership membership = nullptr);
   ~Lane();
 
@@ -95,13 +96,12 @@ class Lane {
   std::string ShutdownMessage(const std::vector<int>& ranks) const;
 
   const int id_;
-  const MpiContext* comm_;
   const std::vector<int> world_ranks_;
   const Config config_;
   AbortFlag* abort_;
   Timeline* timeline_;
+  std::unique_ptr<HugePages> huge_pages_;  // the backend's (LaneTransport::huge_pages)
   std::unique_ptr<ControlPlane> control_;
-  HugePages huge_pages_;
   StragglerStats stats_;
   TimedBackend* timed_backend_ = nullptr;  // backend_, which times the host collectives
   std::unique_ptr<Backend> backend_;

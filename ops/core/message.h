@@ -27,7 +27,7 @@ struct Request {
   double postscale = 1.0;
   int32_t device = -1;       // -1: host memory; otherwise a GPU ordinal
   // The process set whose members run it, for a GPU collective of a set other than the
-  // global one, which the world's lane negotiates (see engine.h); 0 otherwise.
+  // global one, which the world's lane negotiates (see device_router.h); 0 otherwise.
   int32_t process_set = 0;
   std::vector<Shape> shapes; // one per tensor; grouped collectives carry several
   // Not part of the signature (ranks may differ): a single-tensor allreduce that reads its

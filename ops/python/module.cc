@@ -82,7 +82,7 @@ PYBIND11_MODULE(_core, m) {
     Status status;
     {
       py::gil_scoped_release release;
-      status = Engine()->AddProcessSet(ranks, &id);
+      status = Engine()->process_sets().Add(ranks, &id);
     }
     RaiseIfError(status);
     return id;
@@ -95,7 +95,7 @@ PYBIND11_MODULE(_core, m) {
     Status status;
     {
       py::gil_scoped_release release;
-      status = Engine()->AddSplitProcessSets(mine, &ids, &lists, &my_index);
+      status = Engine()->process_sets().AddSplit(mine, &ids, &lists, &my_index);
     }
     RaiseIfError(status);
     std::vector<std::pair<int, std::vector<int>>> sets;
@@ -108,7 +108,7 @@ PYBIND11_MODULE(_core, m) {
     Status status;
     {
       py::gil_scoped_release release;
-      status = Engine()->RemoveProcessSet(id, &removed);
+      status = Engine()->process_sets().Remove(id, &removed);
     }
     RaiseIfError(status);
     return removed;
@@ -119,18 +119,14 @@ PYBIND11_MODULE(_core, m) {
   m.def("check_not_forked", [](const std::string& what) {
     RaiseIfError(kerashvd::CheckNotForked(what.c_str()));
   });
-  m.def("rank", [] { return QueryEngine()->mpi().rank(); });
-  m.def("size", [] { return QueryEngine()->mpi().size(); });
-  m.def("local_rank", [] { return QueryEngine()->mpi().local_rank(); });
-  m.def("local_size", [] { return QueryEngine()->mpi().local_size(); });
-  m.def("cross_rank", [] { return QueryEngine()->mpi().cross_rank(); });
-  m.def("cross_size", [] { return QueryEngine()->mpi().cross_size(); });
-  m.def("is_homogeneous", [] { return QueryEngine()->mpi().homogeneous(); });
-  m.def("mpi_threads_supported", [] { return QueryEngine()->mpi().threads_supported(); });
-#ifdef KERASHVD_WITH_NCCL
-  m.attr("NCCL_BUILT") = true;
-#else
-  m.attr("NCCL_BUILT") = false;
-#endif
+  m.def("rank", [] { return QueryEngine()->topology().rank; });
+  m.def("size", [] { return QueryEngine()->topology().size; });
+  m.def("local_rank", [] { return QueryEngine()->topology().local_rank; });
+  m.def("local_size", [] { return QueryEngine()->topology().local_size; });
+  m.def("cross_rank", [] { return QueryEngine()->topology().cross_rank; });
+  m.def("cross_size", [] { return QueryEngine()->topology().cross_size; });
+  m.def("is_homogeneous", [] { return QueryEngine()->topology().homogeneous; });
+  m.def("mpi_threads_supported", [] { return QueryEngine()->topology().threads_supported; });
+  // Whether NCCL was built is a build fact: kerashvd/_build_info.py (CMake writes it).
   m.attr("MPI_BUILT") = true;
 }

@@ -99,15 +99,12 @@ void CollectiveKernel::ComputeAsync(tfw::OpKernelContext* context, DoneCallback 
   std::shared_ptr<Engine> engine;
   OP_REQUIRES_OK_ASYNC(context, ToAbsl(RequireEngine(&engine)), done);
 
+  // The registry's membership check, before anything is allocated (Engine::Submit asks it too).
+  if (process_set_ != 0)
+    OP_REQUIRES_OK_ASYNC(
+        context, ToAbsl(engine->process_sets().CheckCaller(process_set_, tensor_name_)), done);
   ProcessSetView set;
-  OP_REQUIRES_OK_ASYNC(context, ToAbsl(engine->ProcessSet(process_set_, &set)), done);
-  OP_REQUIRES_ASYNC(
-      context, set.rank >= 0,
-      absl::InvalidArgumentError(
-          "'" + tensor_name_ + "': rank " + std::to_string(engine->mpi().rank()) +
-          " is not in process set " + std::to_string(process_set_) +
-          "; only its members may call its collectives (check process_set.included())."),
-      done);
+  OP_REQUIRES_OK_ASYNC(context, ToAbsl(engine->process_sets().View(process_set_, &set)), done);
   TensorEntry entry;
   entry.process_set = process_set_;
   Request& request = entry.request;

@@ -31,19 +31,19 @@ class TopologyKernel : public tfw::OpKernel {
   void Compute(tfw::OpKernelContext* context) override {
     std::shared_ptr<Engine> engine;
     OP_REQUIRES_OK(context, ToAbsl(RequireEngineForQuery(&engine)));
-    const MpiContext& mpi = engine->mpi();
+    const Topology& topo = engine->topology();
     ProcessSetView set;
-    OP_REQUIRES_OK(context, ToAbsl(engine->ProcessSet(process_set_, &set)));
+    OP_REQUIRES_OK(context, ToAbsl(engine->process_sets().View(process_set_, &set)));
     int value = 0;
     if (what_ == "process_set_included") value = set.rank >= 0 ? 1 : 0;
     else if (what_ == "rank" && process_set_ != 0) value = set.rank;
     else if (what_ == "size" && process_set_ != 0) value = set.size;
-    else if (what_ == "rank") value = mpi.rank();
-    else if (what_ == "size") value = mpi.size();
-    else if (what_ == "local_rank") value = mpi.local_rank();
-    else if (what_ == "local_size") value = mpi.local_size();
-    else if (what_ == "cross_rank") value = mpi.cross_rank();
-    else value = mpi.cross_size();
+    else if (what_ == "rank") value = topo.rank;
+    else if (what_ == "size") value = topo.size;
+    else if (what_ == "local_rank") value = topo.local_rank;
+    else if (what_ == "local_size") value = topo.local_size;
+    else if (what_ == "cross_rank") value = topo.cross_rank;
+    else value = topo.cross_size;
     tfw::Tensor* out = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, tfw::TensorShape({}), &out));
     out->scalar<int32_t>()() = value;

@@ -14,9 +14,11 @@
 #include "../executor.h"
 #include "../status.h"
 #include "../timeline.h"
-#include "mpi/mpi_context.h"
 
 namespace kerashvd {
+
+// The communicator a plane is created over (backend/mpi); only named here.
+class MpiContext;
 
 class GpuPlane {
  public:

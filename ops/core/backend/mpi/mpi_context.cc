@@ -83,6 +83,19 @@ Status MpiContext::FromComm(MPI_Comm comm, std::unique_ptr<MpiContext>* out) {
   return Status::Ok();
 }
 
+Topology MpiContext::topology() const {
+  Topology t;
+  t.rank = rank_;
+  t.size = size_;
+  t.local_rank = local_rank_;
+  t.local_size = local_size_;
+  t.cross_rank = cross_rank_;
+  t.cross_size = cross_size_;
+  t.homogeneous = homogeneous_;
+  t.threads_supported = threads_supported();
+  return t;
+}
+
 Status MpiContext::Describe() {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);

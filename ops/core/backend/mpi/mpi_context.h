@@ -13,6 +13,7 @@
 #include <string>
 
 #include "../../status.h"
+#include "../../topology.h"
 #include "../../types.h"
 #include "mpi_nodes.h"
 
@@ -35,6 +36,8 @@ class MpiContext {
   // Whether every host runs the same number of ranks (the same answer on every rank).
   bool homogeneous() const { return homogeneous_; }
   bool threads_supported() const { return thread_level_ == MPI_THREAD_MULTIPLE; }
+  // All of the above as one value, for the bindings (topology.h).
+  Topology topology() const;
   // The ranks grouped by node, with a communicator per level; null without a hierarchy (one
   // node, or one rank per node). Used by this context's lane only (hierarchical collectives).
   const MpiNodes* nodes() const { return nodes_.get(); }

@@ -95,7 +95,7 @@ void TestProcessSets(Engine* e, Tally* t, int rank, int size) {
   }
   std::vector<int> ids(sets.size());
   for (size_t k = 0; k < sets.size(); ++k) {
-    Status added = e->AddProcessSet(sets[k], &ids[k]);
+    Status added = e->process_sets().Add(sets[k], &ids[k]);
     t->Record("set.add." + std::to_string(k), added, "");
     if (!added.ok()) return;
   }
@@ -107,7 +107,7 @@ void TestProcessSets(Engine* e, Tally* t, int rank, int size) {
   for (int step = 0; step < 2; ++step) RunSetBurst(e, t, rank, sets, ids, world, n, step);
   for (size_t k = 0; k < sets.size(); ++k) {
     std::vector<int> removed;
-    Status gone = e->RemoveProcessSet(ids[k], &removed);
+    Status gone = e->process_sets().Remove(ids[k], &removed);
     t->Record("set.remove." + std::to_string(k), gone,
               removed == std::vector<int>{ids[k]} ? "" : "removed other sets than asked for");
   }

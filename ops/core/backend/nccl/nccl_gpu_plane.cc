@@ -1,5 +1,6 @@
 // The GpuPlane of builds with NCCL: NcclContext + NcclBackend + CudaMemoryOps + Executor.
 #include "../gpu_plane.h"
+#include "../mpi/mpi_context.h"
 #include "cuda_memory_ops.h"
 #include "nccl_backend.h"
 #include "nccl_context.h"

@@ -1,0 +1,23 @@
+#include "mpi_transport.h"
+
+#include "../../logging.h"
+#include "../../peer_monitor.h"
+#include "mpi_backend.h"
+#include "mpi_control_plane.h"
+
+namespace kerashvd {
+
+LaneTransport MakeMpiTransport(const MpiContext* comm, const Config& config, AbortFlag* abort,
+                               const std::string& label, int world_rank0) {
+  LaneTransport transport;
+  transport.huge_pages = std::make_unique<HugePages>(config.huge_pages);
+  transport.control = std::make_unique<MpiControlPlane>(
+      comm, BackstopTimeout(config.peer_timeout_seconds), abort);
+  HierarchyPlan hierarchy = PlanHierarchy(config, *comm);
+  if (!hierarchy.note.empty() && comm->rank() == 0) LogWarning(world_rank0, label + hierarchy.note);
+  transport.backend = std::make_unique<MpiBackend>(comm, abort, transport.huge_pages.get(),
+                                                   std::move(hierarchy));
+  return transport;
+}
+
+}  // namespace kerashvd

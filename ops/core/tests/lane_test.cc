@@ -1,0 +1,124 @@
+// A whole Lane (lane.h) on a FakeWorld: its thread negotiates, fuses and runs collectives
+// through a LaneTransport of fakes, as it does through MakeMpiTransport's in the wheel.
+// Covers a collective's result on every rank, a negotiated shutdown failing what is pending
+// with the name of the rank that asked, and the abort flag stopping the lane.
+#include <future>
+
+#include "../lane.h"
+#include "fake_backend.h"
+#include "fake_world.h"
+#include "harness.h"
+#include "test_util.h"
+
+namespace kerashvd {
+namespace testing {
+namespace {
+
+constexpr auto kWait = std::chrono::seconds(10);
+
+// One rank's lane over `world`, with the engine's parts it borrows.
+struct LaneRank {
+  LaneRank(FakeWorld* world, int rank, const Config& config = Config()) {
+    LaneTransport transport;
+    transport.control = std::make_unique<FakeControlPlane>(world, rank, kTimeout, &abort);
+    transport.backend = std::make_unique<FakeBackend>(world, rank, &abort);
+    std::vector<int> ranks;
+    for (int r = 0; r < world->size(); ++r) ranks.push_back(r);
+    lane = std::make_unique<Lane>(0, std::move(transport), ranks, config, &abort, &timeline);
+    lane->Start();
+  }
+  // An allreduce of `in` into `out`; the future gets its status.
+  std::future<Status> Allreduce(const std::string& name, const std::vector<float>& in,
+                                std::vector<float>* out, Status* submitted) {
+    auto done = std::make_shared<std::promise<Status>>();
+    TensorEntry entry;
+    entry.request = MakeRequest(name, {static_cast<int64_t>(in.size())});
+    entry.inputs = {in.data()};
+    out->assign(in.size(), 0.0f);
+    entry.outputs = {out->data()};
+    entry.done = [done](const Status& s, const CollectiveResult&) { done->set_value(s); };
+    *submitted = lane->Submit(std::move(entry));
+    return done->get_future();
+  }
+  static constexpr std::chrono::milliseconds kTimeout{5000};
+  AbortFlag abort;
+  Timeline timeline;
+  std::unique_ptr<Lane> lane;
+};
+
+TEST(LaneRunsAllreducesOnEveryRank) {
+  const int n = 3;
+  FakeWorld world(n);
+  std::vector<std::vector<float>> a(n), b(n);
+  RunRanks(n, [&](int rank) {
+    LaneRank me(&world, rank);
+    const std::vector<float> x{1.0f * rank, 1.0f, -2.0f}, y{10.0f};
+    Status s1, s2;
+    auto fa = me.Allreduce("a", x, &a[rank], &s1);
+    auto fb = me.Allreduce("b", y, &b[rank], &s2);
+    ASSERT_OK(s1);
+    ASSERT_OK(s2);
+    ASSERT_TRUE(fa.wait_for(kWait) == std::future_status::ready);
+    ASSERT_TRUE(fb.wait_for(kWait) == std::future_status::ready);
+    EXPECT_OK(fa.get());
+    EXPECT_OK(fb.get());
+    // Destroying the lane shuts it down, negotiated with the other ranks.
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(a[r][0], 3.0f);  // 0 + 1 + 2
+    EXPECT_EQ(a[r][1], 3.0f);
+    EXPECT_EQ(a[r][2], -6.0f);
+    EXPECT_EQ(b[r][0], 30.0f);
+  }
+}
+
+TEST(LaneShutdownFailsPendingWorkNamingTheRank) {
+  FakeWorld world(2);
+  std::string message;
+  Status after;
+  RunRanks(2, [&](int rank) {
+    LaneRank me(&world, rank);
+    if (rank == 1) {
+      me.lane->RequestShutdown();
+      me.lane->Join();
+      return;
+    }
+    std::vector<float> out;
+    Status submitted;
+    auto pending = me.Allreduce("never", {1.0f}, &out, &submitted);
+    ASSERT_OK(submitted);
+    ASSERT_TRUE(pending.wait_for(kWait) == std::future_status::ready);
+    Status status = pending.get();
+    EXPECT_TRUE(status.code() == Status::Code::kAborted);
+    message = status.message();
+    me.lane->Join();
+    // A stopped lane refuses new work with the same reason.
+    std::vector<float> late;
+    me.Allreduce("late", {1.0f}, &late, &after);
+  });
+  EXPECT_CONTAINS(message, "kerashvd was shut down by rank(s) 1");
+  EXPECT_CONTAINS(message, "pending on rank 0");
+  EXPECT_EQ(after.message(), message);
+}
+
+TEST(LaneAbortStopsItAndFailsWhatWaits) {
+  // Rank 1 never comes; the peer monitor (here: the test) sets the abort flag.
+  FakeWorld world(2);
+  LaneRank me(&world, 0);
+  std::vector<float> out;
+  Status submitted;
+  auto pending = me.Allreduce("a", {1.0f}, &out, &submitted);
+  ASSERT_OK(submitted);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  me.abort.Set(Status::Aborted("rank 1 exited"));
+  me.lane->Wake();
+  ASSERT_TRUE(pending.wait_for(kWait) == std::future_status::ready);
+  Status status = pending.get();
+  EXPECT_TRUE(status.code() == Status::Code::kAborted);
+  EXPECT_CONTAINS(status.message(), "rank 1 exited");
+  me.lane->Join();
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace kerashvd
