@@ -23,7 +23,7 @@ import contextlib
 
 import tensorflow as tf
 
-from ._ops import OPS
+from ._op_library import OPS
 
 class InvalidArgumentError(tf.errors.InvalidArgumentError, ValueError):
     """A collective's argument is wrong: ``tf.errors.InvalidArgumentError`` as in Horovod, and

@@ -22,7 +22,7 @@ from ._ops import OPS
 from .compression import Compression
 from .process_sets import global_process_set, resolve, set_size
 from .reduce_ops import Average, Sum, resolve_op
-from .runtime import _require_init
+from ._engine import require_init as _require_init
 
 _REDUCE_DTYPES = {tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int8, tf.uint8, tf.int32, tf.int64}
 _ALL_DTYPES = _REDUCE_DTYPES | {tf.bool, tf.int16, tf.uint16}

@@ -13,8 +13,7 @@ import collections
 import json
 import sys
 
-from .. import _core
-from ..runtime import _require_init
+from .._engine import core as _core, require_init as _require_init
 
 DEFAULT_MAX_MB = 256
 
