@@ -1,6 +1,8 @@
 """Process-level API: start and stop the engine, and where this process sits in the job."""
 
-from . import _build_info, _keras_classes, gpu_pinning, launch_env, tf_threads
+import sys
+
+from . import _build_info, _keras_classes, _private_api, gpu_pinning, launch_env, tf_threads
 from . import process_sets as _process_sets
 from ._engine import NotInitializedError, core as _core, require_init as _require_init
 from .config import build_config
@@ -24,7 +26,8 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
     ``kerashvd.tf_threads``); both take effect only if TensorFlow has run no op yet. When
     TensorFlow is not imported yet, it sets TensorFlow's environment defaults that kerashvd
     prefers where unset (``kerashvd.launcher.tf_defaults``; ranks that ``kerashvdrun`` starts
-    get them in any case). When the Keras that ``tf.keras`` uses is imported already, it
+    get them in any case); the pooling allocator's also after ``import tensorflow``, until
+    TensorFlow runs its first op. When the Keras that ``tf.keras`` uses is imported already, it
     registers kerashvd's Keras classes for ``keras.saving.load_model`` (otherwise
     ``kerashvd.load_model`` or any use of ``DistributedOptimizer`` does; see
     ``kerashvd/_keras_classes.py``).
@@ -71,7 +74,8 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
                 f"process_sets={process_sets!r}")
         return
     pin = gpu_pinning.setting(pin_gpu)
-    tf_defaults.apply_if_tensorflow_not_imported()  # see kerashvd/launcher/tf_defaults.py
+    imported = "tensorflow" in sys.modules  # see kerashvd/launcher/tf_defaults.py
+    tf_defaults.apply_unread(imported, imported and _private_api.eager_context_started())
     _core.init(build_config(settings))
     try:
         launch_env.check_world_size(_core.size())

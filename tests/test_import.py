@@ -44,14 +44,17 @@ def test_import_kerashvd_changes_no_environment_hook_or_import():
     assert result["kerashvd"] == ["kerashvd", "kerashvd.reduce_ops"], result
 
 
-def test_init_sets_tensorflow_defaults_only_before_tensorflow_is_imported():
+def test_init_sets_the_tensorflow_defaults_that_tensorflow_has_not_read():
     code = ("import os, kerashvd as hvd\n"
             "hvd.init()\n"
-            "print(os.environ.get('TF_CPU_ALLOCATOR_USE_BFC'), os.environ.get('TF_CPP_MIN_LOG_LEVEL'))\n")
+            "print(os.environ.get('TF_CPU_ALLOCATOR_USE_BFC'),"
+            " os.environ.get('TF_CPP_MIN_LOG_LEVEL'))\n")
     assert _run(code).split()[-2:] == ["true", "1"]
     assert _run(code, TF_CPP_MIN_LOG_LEVEL="0").split()[-2:] == ["true", "0"]
-    late = "import tensorflow\n" + code
-    assert _run(late).split()[-2:] == ["None", "None"]
+    # Read at import: too late for the log level; the allocator is read when TF starts.
+    assert _run("import tensorflow\n" + code).split()[-2:] == ["true", "None"]
+    started = "import tensorflow as tf\ntf.constant(1.0) + 1\n" + code
+    assert _run(started).split()[-2:] == ["None", "None"]
 
 
 def test_public_names_still_resolve_on_first_use():
