@@ -179,8 +179,8 @@ else:
             self.supports_jit = False
 
         def _moments(self, inputs, mask):
-            return global_moments(inputs, _private_api.batch_norm_reduction_axes(self), False, mask,
-                                  _collective_name(self.name))
+            axes = _private_api.batch_norm_reduction_axes(self)
+            return global_moments(inputs, axes, False, mask, _collective_name(self.name))
 
         def get_config(self):
             return _drop_synchronized(super().get_config())
