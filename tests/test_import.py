@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 CHECK = """
@@ -62,3 +64,27 @@ def test_public_names_still_resolve_on_first_use():
             "print(hvd.size is hvd.runtime.size, hvd.NotInitializedError.__name__,"
             " callable(hvd.init))\n")
     assert _run(code).split()[-3:] == ["True", "NotInitializedError", "True"]
+
+
+def _editable_install():
+    import importlib.metadata
+
+    try:
+        text = importlib.metadata.distribution("kerashvd").read_text("direct_url.json") or ""
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return json.loads(text or "{}").get("dir_info", {}).get("editable", False)
+
+
+def test_an_editable_install_imports_callbacks_from_the_checkout():
+    """pyproject.toml maps the top-level callbacks/ to kerashvd.callbacks; scikit-build-core's
+    editable (redirect) install follows the mapping, so an edited or new callbacks/x.py is
+    imported without reinstalling."""
+    if not _editable_install():
+        pytest.skip("kerashvd is not installed editable (pip install -e .)")
+    code = ("import json, kerashvd.callbacks as c, kerashvd.callbacks.progress as p\n"
+            "print(json.dumps([c.__path__[0], p.__file__]))\n")
+    path, progress = json.loads(_run(code).splitlines()[-1])
+    assert os.path.realpath(path) == os.path.join(os.path.realpath(REPO), "callbacks")
+    assert os.path.realpath(progress) == os.path.join(os.path.realpath(REPO), "callbacks",
+                                                      "progress.py")
