@@ -261,7 +261,7 @@ def latest_checkpoint(dirname, *, root_rank=0, broadcast=True, required=False):
     >>> import kerashvd as hvd
     >>> ckpt = hvd.callbacks.latest_checkpoint("/tmp/ckpt")
     >>> if ckpt is not None:  # doctest: +SKIP
-    ...     model = keras.models.load_model(ckpt.path)  # restores the optimizer state too
+    ...     model = hvd.load_model(ckpt.path)  # restores the optimizer state too
     ...     model.fit(x, y, epochs=10, initial_epoch=ckpt.epoch,
     ...               callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
     """

@@ -36,6 +36,7 @@ is issued once per evaluation, after each rank's own loop.
 import tensorflow as tf
 
 import kerashvd as hvd
+from kerashvd import _private_api
 from kerashvd.keras_compat import variable_aggregation
 
 from ._callback import Callback
@@ -43,7 +44,6 @@ from ._callback import Callback
 __all__ = ["DistributedValidationCallback", "reduce_metric_states"]
 
 _STATE_OPS = {"sum": "sum", "mean": "mean", "only_first_replica": "first"}
-_UNSET = object()
 
 
 class DistributedValidationCallback(Callback):
@@ -80,7 +80,7 @@ class DistributedValidationCallback(Callback):
         self._active = False  # between on_test_begin and on_test_end
         self._in_step = 0  # depth of test_function / test_step calls
         self._reduced = False
-        self._installed = None  # (model, {attribute: wrapper}, {attribute: original or _UNSET})
+        self._restore = None  # undoes the replacement of the model's methods
 
     def on_test_begin(self, logs=None):
         self._active, self._in_step, self._reduced = True, 0, False
@@ -119,23 +119,13 @@ class DistributedValidationCallback(Callback):
             step = getattr(model, attribute, None)
             if step is not None:
                 wrappers[attribute] = in_step(step)
-        originals = {a: model.__dict__.get(a, _UNSET) for a in wrappers}
-        for attribute, wrapper in wrappers.items():
-            setattr(model, attribute, wrapper)
-        self._installed = (model, wrappers, originals)
+        # Keras internals: see kerashvd/_private_api.py patch_model_methods.
+        self._restore = _private_api.patch_model_methods(model, wrappers)
 
     def _uninstall(self):
-        if self._installed is None:
-            return
-        model, wrappers, originals = self._installed
-        self._installed = None
-        for attribute, wrapper in wrappers.items():
-            if model.__dict__.get(attribute) is not wrapper:
-                continue  # replaced meanwhile (e.g. compile() made a new test_function)
-            if originals[attribute] is _UNSET:
-                delattr(model, attribute)
-            else:
-                setattr(model, attribute, originals[attribute])
+        if self._restore is not None:
+            restore, self._restore = self._restore, None
+            restore()
 
 
 def reduce_metric_states(metrics, name="metric_states"):

@@ -1,11 +1,13 @@
 """Learning rate as ``initial_lr * multiplier(epoch)``, per epoch or per batch (Horovod semantics)."""
 
+import itertools
 import numbers
 import warnings
 
 import numpy as np
 
 from kerashvd.keras_compat import optimizer_built
+from kerashvd.optimizer.chain import optimizer_chain
 
 from ._callback import Callback
 from .resume import batch_offset
@@ -179,11 +181,9 @@ def get_learning_rate(optimizer):
 
 def _innermost(optimizer):
     """Follows wrappers (LossScaleOptimizer, kerashvd.DistributedOptimizer) to the real optimizer."""
-    seen = set()
-    while id(optimizer) not in seen:
-        seen.add(id(optimizer))
-        inner = getattr(optimizer, "inner_optimizer", None)
-        if inner is None or not hasattr(inner, "learning_rate"):  # any Keras' optimizer
+    innermost = optimizer
+    for inner in itertools.islice(optimizer_chain(optimizer), 1, None):
+        if not hasattr(inner, "learning_rate"):  # any Keras' optimizer has one
             break
-        optimizer = inner
-    return optimizer
+        innermost = inner
+    return innermost

@@ -38,7 +38,7 @@ class ModelCheckpoint(Callback):
 
         ckpt = hvd.callbacks.latest_checkpoint(ckpt_dir)      # same answer on every rank
         if ckpt:
-            model = keras.models.load_model(ckpt.path)        # weights + optimizer state
+            model = hvd.load_model(ckpt.path)                 # weights + optimizer state
         model.fit(..., initial_epoch=ckpt.epoch if ckpt else 0, callbacks=[
             hvd.callbacks.BroadcastGlobalVariablesCallback(0),  # rank 0's state everywhere
             hvd.callbacks.ModelCheckpoint(path, initial_value_threshold=ckpt and ckpt.best)])

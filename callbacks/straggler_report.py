@@ -46,7 +46,7 @@ class StragglerReportCallback(Callback):
             raise ValueError(f"StragglerReportCallback(verbose=...) must be 0 or 1. "
                              f"Received: verbose={verbose!r}")
         # Checked here, so that a bad value fails at once rather than after the first epoch.
-        from kerashvd.straggler import check_rules
+        from kerashvd.straggler import check_rules  # lazy: loads the compiled engine
 
         check_rules(threshold, min_fraction)
         self.threshold = threshold

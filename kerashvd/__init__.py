@@ -4,9 +4,13 @@
 >>> hvd.init()
 >>> hvd.allreduce(tf.constant(1.0), op=hvd.Sum)  # == hvd.size() on every rank
 
-The runtime (init, rank, size, ...) loads without TensorFlow; everything that needs TensorFlow
-or Keras is imported on first use, so ``kerashvdrun`` and ``kerashvd.run`` start quickly. The
-installed TensorFlow's version is checked at import all the same.
+``import kerashvd`` only imports: it loads no native library, imports neither TensorFlow nor
+Keras, and changes neither ``os.environ`` nor the import system (a source checkout imported
+ahead of a regular install only finds its build files: :func:`_find_build_files`). Each public name is imported
+on first use: the runtime (init, rank, size, ...) loads the compiled engine without
+TensorFlow (and checks that the installed TensorFlow is the one kerashvd was built for);
+everything that needs TensorFlow or Keras imports it then. What ``init()`` adds to that is in
+its docstring.
 """
 
 import importlib
@@ -14,13 +18,18 @@ import os
 import sys
 
 
-def _find_installed_files():
-    """Lets a source checkout's ``kerashvd/`` find the installed build's generated files.
+def _find_build_files():
+    """Lets a source checkout's ``kerashvd/`` find the files that only a build makes.
 
-    ``python -m pytest`` or ``python -m kerashvd.bench`` run from the repository root put the
-    checkout first on ``sys.path``, so this package is imported from the sources, which hold no
-    compiled modules, no ``_build_info`` and no ``kerashvd.callbacks`` (it ships from the
-    top-level ``callbacks/``). Those then come from the installed copy further down the path.
+    A regular or editable (``pip install -e .``) install needs nothing here: the package
+    holds, or its import finder maps, the compiled modules, ``_build_info`` and
+    ``kerashvd.callbacks`` (which ships from the top-level ``callbacks/``). But with a regular
+    install, ``python -m pytest`` from the repository root (the CI's and the README's test
+    command) and every child process the tests start there put the checkout first on
+    ``sys.path``; its ``kerashvd/`` has none of those files. They then come from the installed
+    copy further down ``sys.path``, which is added to this package's ``__path__``. Nothing
+    outside the package can do this for those child processes (``PYTHONSAFEPATH`` would also
+    drop a script's own folder, and Python 3.10 lacks it). No other state changes.
     """
     here = os.path.realpath(os.path.dirname(__file__))
     if os.path.exists(os.path.join(here, "_build_info.py")):
@@ -33,59 +42,19 @@ def _find_installed_files():
             return
 
 
-_find_installed_files()
-
-# TensorFlow's pooling CPU allocator: without it every large collective output is a fresh
-# mmap that page-faults on first touch, which costs ~30% of a 64 MiB allreduce. It only takes
-# effect if set before TensorFlow creates its CPU allocator; set the variable to "false" to
-# keep TensorFlow's default.
-os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
-
-# TensorFlow's C++ INFO lines (CPU features, devices created) are left out unless asked for:
-# TF_CPP_MIN_LOG_LEVEL=0 shows them, and also the startup notices that kerashvdrun and
-# kerashvd.run leave out of every rank's output (kerashvd/launcher/_supervisor.py). Only takes
-# effect if set before TensorFlow is imported; kerashvdrun passes it on to the ranks.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-
-from . import _loader  # noqa: E402
-
-_loader.preload_mpi()
-_loader.check_tf_version()
-
-from . import _keras_hook  # noqa: E402
-
-_keras_hook.install()  # keras.models.load_model knows kerashvd's classes once Keras is imported
-
-from .reduce_ops import Adasum, Average, Max, Min, Product, Sum  # noqa: E402
-from .runtime import (  # noqa: E402
-    NotInitializedError,
-    build_info,
-    ccl_built,
-    cross_rank,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    is_homogeneous,
-    cross_size,
-    init,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-)
+_find_build_files()
 
 __version__ = "0.1.0"
 
 # Public name -> module that defines it (a module itself when the name is a submodule).
 _LAZY = {
+    **dict.fromkeys([
+        "NotInitializedError", "build_info", "ccl_built", "cross_rank", "cross_size",
+        "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "init", "is_homogeneous",
+        "is_initialized", "local_rank", "local_size", "mpi_built", "mpi_enabled",
+        "mpi_threads_supported", "nccl_built", "rank", "rocm_built", "shutdown", "size"],
+        ".runtime"),
+    **dict.fromkeys(["Adasum", "Average", "Max", "Min", "Product", "Sum"], ".reduce_ops"),
     "Compression": ".compression",
     "allgather": ".collectives",
     "allreduce": ".collectives",
@@ -131,14 +100,7 @@ _LAZY = {
     "elastic": ".elastic",
 }
 
-__all__ = sorted([
-    "Adasum", "Average", "Max", "Min", "Product", "Sum", "NotInitializedError", "build_info",
-    "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built",
-    "gloo_enabled", "init", "is_homogeneous", "is_initialized", "local_rank", "local_size",
-    "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank", "rocm_built",
-    "shutdown", "size",
-    *_LAZY,
-])
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name):

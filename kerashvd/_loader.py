@@ -52,17 +52,11 @@ def check_tf_version(installed=None):
 
 def load_tf_ops():
     """Returns the module of kerashvd's TensorFlow ops after checking the TF version."""
-    import tensorflow as tf
-
-    from . import _core
+    import tensorflow as tf  # lazy: this module is imported before TensorFlow is needed
 
     check_tf_version(tf.__version__)
-    if _core.is_initialized():
-        from . import tf_threads
-
-        tf_threads.apply(_core.local_size())
-    # Beside _core, which is also where an editable install keeps the compiled files.
-    path = os.path.join(os.path.dirname(_core.__file__), "libkerashvd_tf_ops.so")
+    # Beside _build_info, which is also where an editable install keeps the compiled files.
+    path = os.path.join(os.path.dirname(_build_info.__file__), "libkerashvd_tf_ops.so")
     try:
         return tf.load_op_library(path)
     except tf.errors.NotFoundError as err:

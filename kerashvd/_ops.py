@@ -1,8 +1,6 @@
-"""The loaded TensorFlow op library (see _loader)."""
+"""The loaded TensorFlow op library with the ops' gradients registered (see _op_library)."""
 
-from ._loader import load_tf_ops
+from . import gradients as _gradients  # noqa: F401  (registers the gradients)
+from ._op_library import OPS
 
-OPS = load_tf_ops()
-
-# The ops' gradients are registered as soon as the ops exist.
-from . import gradients as _gradients  # noqa: E402,F401
+__all__ = ["OPS"]

@@ -9,8 +9,8 @@ optimizer is a ``DistributedOptimizer`` must train without it:
   _resolve_auto_jit_compile``, which ``compile()`` calls after it has set ``model.optimizer``.
   Keras runs no optimizer code between ``compile()`` and the moment ``fit`` builds its XLA
   train function, and offers no public knob that an optimizer could turn, so this is the one
-  place where "auto" can be decided. Keras versions without that method keep the two ways
-  below.
+  place where "auto" can be decided (a Keras without that method is refused by
+  ``kerashvd._private_api``).
 - An explicit ``jit_compile=True`` is turned off where kerashvd gets hold of the model before
   ``fit`` builds its step: in every kerashvd callback's ``set_model``, in ``hvd.load_model``,
   and for models holding a ``SyncBatchNormalization`` (its ``supports_jit`` is False, Keras'
@@ -18,13 +18,16 @@ optimizer is a ``DistributedOptimizer`` must train without it:
   names the fix.
 """
 
-import functools
 import os
 import sys
 import warnings
 import weakref
 
 import tensorflow as tf
+
+from . import _private_api
+from .optimizer.chain import uses_distributed_optimizer
+from .world import is_initialized, rank
 
 
 def check_not_xla(what):
@@ -33,8 +36,7 @@ def check_not_xla(what):
     kerashvd's collectives are TensorFlow custom ops without an XLA kernel; XLA would reject
     them later with a message that names neither the cause nor the fix.
     """
-    get_context = getattr(getattr(tf, "__internal__", None), "get_enclosing_xla_context", None)
-    if get_context is not None and get_context() is not None:
+    if _private_api.inside_xla_function():
         raise ValueError(
             f"{what} cannot run inside an XLA-compiled function: kerashvd's collectives have "
             "no XLA kernel. Pass jit_compile=False (or leave the default 'auto') to "
@@ -43,30 +45,19 @@ def check_not_xla(what):
             "or drop jit_compile=True from the tf.function that runs the training step.")
 
 
-def uses_distributed_optimizer(optimizer):
-    """Whether ``optimizer`` is, or wraps (e.g. a LossScaleOptimizer), a DistributedOptimizer."""
-    from .optimizer.reduction import ReducerSettings  # (the optimizers import this module)
-
-    seen = set()
-    while optimizer is not None and id(optimizer) not in seen:
-        if isinstance(optimizer, ReducerSettings):
-            return True
-        seen.add(id(optimizer))
-        optimizer = getattr(optimizer, "inner_optimizer", None)
-    return False
-
-
 _NOTICED = weakref.WeakSet()  # models whose notice was printed (Keras may resolve twice)
 
 
 def _library_dirs():
     """Where Keras', TensorFlow's and kerashvd's own frames come from."""
-    import keras
+    import keras  # lazy: imports Keras
 
-    import kerashvd
-
+    own = [os.path.dirname(__file__)]
+    callbacks = sys.modules.get("kerashvd.callbacks")  # top-level callbacks/ in a checkout
+    if callbacks is not None:
+        own.append(os.path.dirname(callbacks.__file__))
     return tuple(os.path.join(os.path.realpath(d), "") for d in (
-        *kerashvd.__path__, os.path.dirname(keras.__file__), os.path.dirname(tf.__file__)))
+        *own, os.path.dirname(keras.__file__), os.path.dirname(tf.__file__)))
 
 
 def _caller_stacklevel():
@@ -82,8 +73,6 @@ def _caller_stacklevel():
 
 def _notice(model, why):
     """The one-line notice that XLA is off for ``model``: once per model, by rank 0 only."""
-    from .runtime import is_initialized, rank
-
     if model in _NOTICED or (is_initialized() and rank() != 0):
         return
     _NOTICED.add(model)
@@ -117,25 +106,17 @@ def turn_off_jit_compile(model):
 def install_auto_resolution():
     """Makes Keras 3 resolve ``jit_compile="auto"`` to False for a DistributedOptimizer's model.
 
-    Wraps ``keras.src.trainers.trainer.Trainer._resolve_auto_jit_compile`` once per process
-    (see the module's docstring); other models resolve as before. Does nothing with a Keras
-    that has no such method.
+    Wraps Keras' resolution once per process (``_private_api.wrap_resolve_auto_jit_compile``;
+    see the module's docstring); other models resolve as before.
+
+    Raises:
+        kerashvd._private_api.PrivateApiError: when that Keras internal is gone.
     """
-    try:
-        from keras.src.trainers.trainer import Trainer
-    except ImportError:
-        return
-    resolve = getattr(Trainer, "_resolve_auto_jit_compile", None)
-    if resolve is None or getattr(resolve, "kerashvd_wrapped", False):
-        return
+    _private_api.wrap_resolve_auto_jit_compile(_resolve_without_xla)
 
-    @functools.wraps(resolve)
-    def resolve_without_xla_for_kerashvd(self):
-        resolved = resolve(self)
-        if resolved and uses_distributed_optimizer(getattr(self, "optimizer", None)):
-            _notice(self, "resolved to")
-            return False
-        return resolved
 
-    resolve_without_xla_for_kerashvd.kerashvd_wrapped = True
-    Trainer._resolve_auto_jit_compile = resolve_without_xla_for_kerashvd
+def _resolve_without_xla(model, resolved):
+    if resolved and uses_distributed_optimizer(getattr(model, "optimizer", None)):
+        _notice(model, "resolved to")
+        return False
+    return resolved

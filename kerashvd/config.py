@@ -14,7 +14,8 @@ a default).
 
 import os
 
-from . import _core, gpu_pinning, tf_threads
+from . import gpu_pinning, tf_threads
+from ._engine import core as _core
 
 # Variables kerashvd reads or sets itself besides the engine settings; KERASHVD_RESTART_COUNT
 # is the attempt number kerashvdrun gives every rank (launcher/restarts.py), for the script;

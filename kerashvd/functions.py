@@ -10,7 +10,8 @@ from . import _names
 from ._local_errors import ALLGATHER, BROADCAST, shared_with_peers
 from .collectives import allgather, broadcast, grouped_broadcast
 from .process_sets import global_process_set, resolve, set_size
-from .runtime import _require_init
+from ._engine import require_init as _require_init
+from .world import rank
 
 
 def broadcast_variables(variables, root_rank, name=None, process_set=global_process_set):
@@ -61,7 +62,6 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     {'epoch': 0}
     """
     _require_init()
-    from .runtime import rank
     ps = resolve(process_set, "broadcast_object")
     key = _names.tensor_name("broadcast_object", name, ps)
     payload = b""

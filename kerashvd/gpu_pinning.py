@@ -91,13 +91,13 @@ class _TensorFlowDevices:
     def visible(self):
         if "tensorflow" not in sys.modules and host_gpu_count() <= 1:
             return []  # nothing to choose from: keep TensorFlow unimported
-        import tensorflow as tf
+        import tensorflow as tf  # lazy: only when there are GPUs to choose from
 
         return tf.config.get_visible_devices("GPU")
 
     def make_visible(self, device):
         """Raises RuntimeError when TensorFlow has initialized its devices already."""
-        import tensorflow as tf
+        import tensorflow as tf  # lazy: only when there are GPUs to choose from
 
         tf.config.set_visible_devices(device, "GPU")
 

@@ -36,7 +36,9 @@ import weakref
 import tensorflow as tf
 
 from . import _names
-from ._ops import OPS
+from ._op_library import OPS
+from .process_sets import set_rank, set_size
+from .world import rank
 from .reduce_ops import Average, Sum
 
 
@@ -113,7 +115,6 @@ def _grouped_allreduce_grad(op, *grads):
 
 
 def _own_rows(op, reduced, first_dims):
-    from .process_sets import set_rank, set_size
     # num= because the number of ranks is not known from first_dims' shape inside tf.function.
     return tf.split(reduced, first_dims, num=set_size(_set(op)), axis=0)[set_rank(_set(op))]
 
@@ -146,7 +147,6 @@ def _on_root_only(op, averaged):
     wait for them forever. Multiplying by zero keeps it (TF folds x * 0 only in aggressive
     mode, because of NaN semantics).
     """
-    from .runtime import rank
     if rank() == op.get_attr("root_rank"):
         return averaged
     zero = lambda a: a * tf.constant(0, a.dtype)  # noqa: E731
@@ -167,7 +167,6 @@ def _grouped_broadcast_grad(op, *grads):
 
 
 def _scatter_grad(op, grads):
-    from .process_sets import set_size
     gathered = _per_dtype(lambda ts, key: OPS.kerashvd_grouped_allgather(
         ts, tensor_name=key, process_set_id=_set(op)), grads, _name(op))
     scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")

@@ -18,14 +18,15 @@ Example:
 True
 """
 
-import os
-
 import tensorflow as tf
+
+from . import _private_api
+from ._keras_choice import uses_tf_keras
 
 __all__ = ["KERAS_NAME", "USES_TF_KERAS", "keras", "build_optimizer", "model_built",
            "optimizer_built", "optimizer_variables", "variable_aggregation"]
 
-USES_TF_KERAS = os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True")
+USES_TF_KERAS = uses_tf_keras()
 KERAS_NAME = "Keras 2 (tf_keras)" if USES_TF_KERAS else "Keras 3"
 
 if USES_TF_KERAS:
@@ -78,7 +79,7 @@ def optimizer_built(optimizer):
     """
     built = getattr(optimizer, "built", None)
     if built is None:
-        built = getattr(optimizer, "_built", False)
+        return _private_api.tf_keras_optimizer_built(optimizer)
     return bool(built)
 
 
@@ -104,8 +105,3 @@ def variable_aggregation(variable):
         aggregation = aggregation.name.lower()  # e.g. VariableAggregation.ONLY_FIRST_REPLICA
     return aggregation or "none"
 
-
-# Last, once the names above exist: make kerashvd's classes known to keras.models.load_model.
-from ._keras_hook import register_serializables  # noqa: E402
-
-register_serializables(USES_TF_KERAS)

@@ -71,7 +71,7 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     >>> opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1), local_layers=[head])
     """
     layers = _local_layers(local_layers)
-    from .optimizer import DistributedOptimizer
+    from .optimizer import DistributedOptimizer  # lazy: imports Keras and TensorFlow
 
     distributed = DistributedOptimizer(
         optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
@@ -99,7 +99,7 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", 
         ValueError: when ``local_layers`` holds something other than Keras layers.
     """
     layers = _local_layers(local_layers)
-    from .tape import DistributedGradientTape
+    from .tape import DistributedGradientTape  # lazy: imports TensorFlow
 
     tape = DistributedGradientTape(
         gradtape, device_dense=device_dense, device_sparse=device_sparse,

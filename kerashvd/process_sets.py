@@ -28,8 +28,8 @@ True
 
 import threading
 
-from . import _core
-from .runtime import _require_init, rank, size
+from ._engine import core as _core, require_init as _require_init
+from .world import rank, size
 
 __all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set"]
 
@@ -220,7 +220,7 @@ def remove_process_set(process_set):
 
 def _world_ranks_of(comm):
     """The world ranks of an mpi4py communicator's members (local: no communication)."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: optional, only for communicator-made sets
 
     if comm == MPI.COMM_NULL:
         return []
@@ -239,7 +239,7 @@ def _world_ranks_of(comm):
 
 def _add_split(ps):
     """add_process_set of a ProcessSet made from a communicator (see ProcessSet)."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: optional, only for communicator-made sets
 
     if (MPI.COMM_WORLD.Get_size(), MPI.COMM_WORLD.Get_rank()) != (size(), rank()):
         raise RuntimeError(

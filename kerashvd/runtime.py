@@ -1,20 +1,19 @@
 """Process-level API: start and stop the engine, and where this process sits in the job."""
 
-import atexit
+import sys
 
-from . import _build_info, _core, gpu_pinning, launch_env, tf_threads
+from . import _build_info, _keras_classes, _private_api, gpu_pinning, launch_env, tf_threads
+from . import process_sets as _process_sets
+from ._engine import NotInitializedError, core as _core, require_init as _require_init
 from .config import build_config
+from .launcher import tf_defaults
+from .world import (cross_rank, cross_size, is_homogeneous, is_initialized, local_rank,
+                    local_size, mpi_threads_supported, rank, size)
 
-
-class NotInitializedError(RuntimeError):
-    """Raised when kerashvd is used before :func:`init` (or after :func:`shutdown`)."""
-
-
-def _require_init():
-    if not _core.is_initialized():
-        raise NotInitializedError(
-            "kerashvd has not been initialized: call kerashvd.init() first "
-            "(after kerashvd.shutdown(), call init() again).")
+__all__ = ["NotInitializedError", "build_info", "ccl_built", "cross_rank", "cross_size",
+           "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "init", "is_homogeneous",
+           "is_initialized", "local_rank", "local_size", "mpi_built", "mpi_enabled",
+           "mpi_threads_supported", "nccl_built", "rank", "rocm_built", "shutdown", "size"]
 
 
 def init(comm=None, process_sets=None, pin_gpu=None, **settings):
@@ -24,7 +23,14 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
     under plain ``python`` (size 1). Calling it again while running is a no-op. With several
     ranks on this host it also makes each rank see only its own GPU (``pin_gpu``) and stops
     TensorFlow's idle threads from spinning (``KERASHVD_TF_THREAD_SPINNING``, see
-    ``kerashvd.tf_threads``); both take effect only if TensorFlow has run no op yet.
+    ``kerashvd.tf_threads``); both take effect only if TensorFlow has run no op yet. When
+    TensorFlow is not imported yet, it sets TensorFlow's environment defaults that kerashvd
+    prefers where unset (``kerashvd.launcher.tf_defaults``; ranks that ``kerashvdrun`` starts
+    get them in any case); the pooling allocator's also after ``import tensorflow``, until
+    TensorFlow runs its first op. When the Keras that ``tf.keras`` uses is imported already, it
+    registers kerashvd's Keras classes for ``keras.saving.load_model`` (otherwise
+    ``kerashvd.load_model`` or any use of ``DistributedOptimizer`` does; see
+    ``kerashvd/_keras_classes.py``).
 
     Args:
         comm: Horovod's argument: None or ``mpi4py.MPI.COMM_WORLD`` (kerashvd always runs on
@@ -57,8 +63,6 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
     >>> hvd.rank() < hvd.size()
     True
     """
-    from . import process_sets as _process_sets
-
     _core.check_not_forked("init()")
     _check_comm(comm)
     if _core.is_initialized():
@@ -70,6 +74,8 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
                 f"process_sets={process_sets!r}")
         return
     pin = gpu_pinning.setting(pin_gpu)
+    imported = "tensorflow" in sys.modules  # see kerashvd/launcher/tf_defaults.py
+    tf_defaults.apply_unread(imported, imported and _private_api.eager_context_started())
     _core.init(build_config(settings))
     try:
         launch_env.check_world_size(_core.size())
@@ -84,13 +90,14 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
     except BaseException:
         shutdown()  # every rank fails the same registration, so every rank gets here
         raise
+    _keras_classes.register_if_keras_imported()  # for keras.saving.load_model
 
 
 def _check_comm(comm):
     if comm is None:
         return
     try:
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: optional, and only for comm=
 
         world = MPI.Comm.Compare(comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
     except Exception:  # noqa: BLE001  (not an mpi4py communicator, or no mpi4py)
@@ -111,70 +118,8 @@ def shutdown():
     >>> hvd.init(); hvd.shutdown(); hvd.is_initialized()
     False
     """
-    from . import process_sets as _process_sets
-
     _core.shutdown()
     _process_sets._forget_all()
-
-
-def is_initialized():
-    """Returns whether :func:`init` has been called (and not undone by :func:`shutdown`).
-
-    In a child process forked after ``init()`` (``os.fork()``, a ``multiprocessing`` worker
-    with the ``'fork'`` start method) it is True, as the child holds a copy of its parent's
-    state: ``rank()``, ``size()`` and the other topology queries answer for the parent's rank.
-    But the child cannot use its parent's communicator: every collective, ``barrier()``,
-    ``join()`` and ``init()`` there raises at once (``tf.errors.FailedPreconditionError`` from
-    the collectives, ``RuntimeError`` from ``init()``), naming both processes. ``shutdown()``
-    in the child only forgets the copy (``is_initialized()`` is then False); the parent is
-    unaffected.
-    """
-    return _core.is_initialized()
-
-
-def _topology(getter):
-    _require_init()
-    return getter()
-
-
-def size():
-    """Returns the number of processes in the job."""
-    return _topology(_core.size)
-
-
-def rank():
-    """Returns this process's rank, in ``[0, size())``."""
-    return _topology(_core.rank)
-
-
-def local_size():
-    """Returns the number of processes on this host."""
-    return _topology(_core.local_size)
-
-
-def local_rank():
-    """Returns this process's rank among the processes on this host."""
-    return _topology(_core.local_rank)
-
-
-def cross_size():
-    """Returns the number of hosts that have a process with this process's local rank."""
-    return _topology(_core.cross_size)
-
-
-def cross_rank():
-    """Returns this host's index among the hosts (for processes with the same local rank)."""
-    return _topology(_core.cross_rank)
-
-
-def mpi_threads_supported():
-    """Returns whether MPI runs with MPI_THREAD_MULTIPLE, so user code may call MPI too."""
-    return _topology(_core.mpi_threads_supported)
-
-
-def is_homogeneous():
-    """Returns whether every host runs the same number of ranks (the same on every rank)."""
-    return _topology(_core.is_homogeneous)
 
 
 def mpi_enabled():
@@ -237,5 +182,3 @@ def build_info():
         "compiler": _build_info.CXX_COMPILER,
     }
 
-
-atexit.register(_core.shutdown)

@@ -4,6 +4,7 @@ import inspect
 import os
 import zipfile
 
+from . import _keras_classes
 from ._xla import turn_off_jit_compile
 from .keras_compat import build_optimizer, keras
 from .optimizer import DistributedOptimizer
@@ -19,10 +20,15 @@ def load_model(filepath, custom_objects=None, compile=True, **distributed_optimi
     the state is loaded into the saved optimizer, which then becomes the wrapper's inner
     optimizer. A model saved with a ``DistributedOptimizer`` comes back with one (its saved
     settings, overridden by ``distributed_optimizer_kwargs``); a model saved with a plain
-    optimizer gets one built from ``distributed_optimizer_kwargs``. ``keras.saving.load_model``
-    alone also restores a saved ``DistributedOptimizer`` once ``kerashvd`` is imported (its
-    classes are registered as Keras serializables when Keras is imported). The model comes
-    back with ``jit_compile=False`` (XLA cannot compile kerashvd's collectives).
+    optimizer gets one built from ``distributed_optimizer_kwargs``. The model comes back with
+    ``jit_compile=False`` (XLA cannot compile kerashvd's collectives).
+
+    This is how a fresh process loads a model saved with kerashvd's classes
+    (``DistributedOptimizer``, ``SyncBatchNormalization``): it registers them with Keras
+    first, as Horovod's ``hvd.load_model`` does. ``keras.saving.load_model`` alone works too
+    once they are registered: after ``kerashvd.init()`` in a process that imported Keras
+    before it, or after any use of ``hvd.DistributedOptimizer`` or
+    ``hvd.SyncBatchNormalization`` (``import kerashvd`` alone registers nothing).
 
     The file is read by the Keras ``tf.keras`` uses (``kerashvd.keras_compat``): a ``.keras``
     file; with Keras 2 (tf_keras, ``TF_USE_LEGACY_KERAS=1``) also a legacy ``.h5`` file.
@@ -61,6 +67,7 @@ def load_model(filepath, custom_objects=None, compile=True, **distributed_optimi
         raise TypeError(f"load_model() got arguments DistributedOptimizer does not take: "
                         f"{unknown}; it takes {list(_WRAPPER_ARGS)}")
     _check_archive(filepath)
+    _keras_classes.register()  # SyncBatchNormalization's module, for a fresh process
     model = keras.saving.load_model(filepath, custom_objects=custom_objects, compile=compile)
     optimizer = getattr(model, "optimizer", None)
     if not compile or optimizer is None:

@@ -24,10 +24,10 @@ import weakref
 
 import tensorflow as tf
 
-from . import collectives
+from . import _private_api, collectives
 from .gradients import scale_gradient
-from .keras_compat import KERAS_NAME, USES_TF_KERAS, keras
-from .runtime import size
+from .keras_compat import USES_TF_KERAS, keras
+from .world import size
 
 __all__ = ["SyncBatchNormalization"]
 
@@ -131,21 +131,16 @@ _DOC = """Batch normalization over the global batch: the samples of all ranks to
     """
 
 
-def _require_hook(hook):
-    """The layer replaces one method of Keras' BatchNormalization; fail loudly if it is gone."""
-    if not callable(getattr(keras.layers.BatchNormalization, hook, None)):
-        raise ImportError(f"kerashvd.SyncBatchNormalization needs {KERAS_NAME}'s "
-                          f"BatchNormalization.{hook}, which this version ({keras.__version__}) "
-                          f"lacks; install a Keras version kerashvd supports.")
-
-
 def _drop_synchronized(kwargs):
     kwargs.pop("synchronized", None)
     return kwargs
 
 
+# The layer overrides the private method of Keras' BatchNormalization that computes the
+# batch statistics; this raises PrivateApiError naming it where it is gone.
+_private_api.batch_norm_statistics_method(keras, USES_TF_KERAS)
+
 if USES_TF_KERAS:
-    _require_hook("_calculate_mean_and_var")
 
     @keras.saving.register_keras_serializable(package="kerashvd", name="SyncBatchNormalization")
     class SyncBatchNormalization(keras.layers.BatchNormalization):
@@ -172,7 +167,6 @@ if USES_TF_KERAS:
             return _drop_synchronized(super().get_config())
 
 else:
-    _require_hook("_moments")
 
     @keras.saving.register_keras_serializable(package="kerashvd", name="SyncBatchNormalization")
     class SyncBatchNormalization(keras.layers.BatchNormalization):
@@ -185,8 +179,8 @@ else:
             self.supports_jit = False
 
         def _moments(self, inputs, mask):
-            return global_moments(inputs, self._reduction_axes, False, mask,
-                                  _collective_name(self.name))
+            axes = _private_api.batch_norm_reduction_axes(self)
+            return global_moments(inputs, axes, False, mask, _collective_name(self.name))
 
         def get_config(self):
             return _drop_synchronized(super().get_config())

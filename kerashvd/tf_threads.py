@@ -19,6 +19,8 @@ default for a single rank per host); ``0`` turns it off whatever the rank count.
 import os
 import sys
 
+from . import _private_api
+
 VARIABLE = "KERASHVD_TF_THREAD_SPINNING"
 
 
@@ -46,25 +48,15 @@ def apply(local_size):
         return False
     if "tensorflow" not in sys.modules:
         return None
-    try:
-        from tensorflow.core.protobuf import config_pb2
-        from tensorflow.python.eager import context
-    except ImportError:
-        return False
-    ctx = context.context()
-    if getattr(ctx, "_context_handle", True) is not None:
+    # TensorFlow internals (no public setter): see kerashvd/_private_api.py.
+    if _private_api.eager_context_started():
         return False  # TensorFlow's pools exist already
-    config = config_pb2.ConfigProto()
-    if ctx._config is not None:
-        config.CopyFrom(ctx._config)
+    config = _private_api.eager_context_config()
     config.experimental.disable_thread_spinning = True
-    ctx._config = config
+    _private_api.set_eager_context_config(config)
     return True
 
 
 def spinning_disabled():
     """Whether TensorFlow's context in this process was configured without spinning."""
-    from tensorflow.python.eager import context
-
-    config = context.context()._config
-    return bool(config is not None and config.experimental.disable_thread_spinning)
+    return bool(_private_api.eager_context_config().experimental.disable_thread_spinning)

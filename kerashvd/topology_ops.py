@@ -11,7 +11,7 @@ return a scalar tensor at once. Before ``kerashvd.init()`` an eager call raises
 import tensorflow as tf
 
 from ._ops import OPS
-from .runtime import _require_init
+from ._engine import require_init as _require_init
 
 __all__ = ["rank_op", "size_op", "local_rank_op", "local_size_op", "cross_rank_op",
            "cross_size_op", "process_set_included_op"]

@@ -1,9 +1,10 @@
-"""``keras.models.load_model`` of a kerashvd model in a fresh process, after ``import kerashvd``.
+"""Loading a kerashvd model in a fresh process: the documented ways register the classes.
 
-kerashvd imports Keras lazily, so its classes (``DistributedOptimizer``,
-``SyncBatchNormalization``) are registered by an import hook (kerashvd/_keras_hook.py) once
-TensorFlow and Keras are imported, whichever comes first and however (``import keras``,
-``tf.keras``). Each load runs in a process that imported nothing of kerashvd but the package.
+``import kerashvd`` imports no Keras, so its classes (``DistributedOptimizer``,
+``SyncBatchNormalization``) are registered with Keras by ``hvd.load_model``, by
+``hvd.init()`` when Keras is imported already, or by any use of the classes
+(kerashvd/_keras_classes.py). Each load runs in a process that imported nothing of kerashvd
+but the package.
 """
 
 import os
@@ -26,18 +27,18 @@ model.fit(np.ones((4, 3), np.float32), np.ones((4, 1), np.float32), verbose=0)
 model.save(sys.argv[1])
 """
 
-# Loads with only `import kerashvd` before; prints what came back. The import order varies.
+# Loads the documented ways; prints what came back. The import order varies.
 LOAD = """
-import sys
+import importlib, os, sys
 order = sys.argv[2]
-if order == "keras_first":
-    import keras as k
-    import kerashvd
+if order == "keras_first":  # Keras imported, then hvd.init() registers
+    k = importlib.import_module("tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS") else "keras")
+    import kerashvd as hvd
+    hvd.init()
     load = k.models.load_model
-else:
-    import kerashvd
-    import tensorflow as tf
-    load = tf.keras.models.load_model
+else:  # hvd.load_model registers, whatever is imported
+    import kerashvd as hvd
+    load = hvd.load_model
 model = load(sys.argv[1])
 print("LOADED", type(model.optimizer).__module__, type(model.optimizer).__name__,
       type(model.layers[0]).__name__, int(model.optimizer.iterations))
@@ -61,14 +62,15 @@ def _finish(procs):
     return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outputs)]
 
 
-def test_load_model_in_a_fresh_process_after_import_kerashvd(tmp_path):
-    """Keras 3 (kerashvd imported before or after Keras) and tf_keras."""
+def test_load_model_in_a_fresh_process(tmp_path):
+    """Keras 3 (hvd.load_model; keras.models.load_model after init) and tf_keras (both)."""
     pytest.importorskip("tf_keras")
     paths = {legacy: str(tmp_path / f"model-{legacy}.keras") for legacy in (False, True)}
     for code, out, err in _finish([_start(SAVE, paths[legacy], legacy=legacy)
                                    for legacy in (False, True)]):
         assert code == 0, err[-3000:]
-    cases = [(False, "kerashvd_first"), (False, "keras_first"), (True, "kerashvd_first")]
+    cases = [(False, "kerashvd_first"), (False, "keras_first"), (True, "kerashvd_first"),
+             (True, "keras_first")]
     results = _finish([_start(LOAD, paths[legacy], order, legacy=legacy)
                        for legacy, order in cases])
     for (legacy, order), (code, out, err) in zip(cases, results):

@@ -1,19 +1,19 @@
 """Every private Keras/TensorFlow internal kerashvd relies on, one test each.
 
-Keras and TensorFlow change their internals between releases without notice. Where kerashvd
-has no public way to do its job it uses an internal; each test here fails with a message that
+kerashvd reaches them only through ``kerashvd/_private_api.py``, one function per internal;
+each test here calls that function (or checks what it needs) and fails with a message that
 names the internal and the kerashvd module that needs it, so a release that moves one is
 found here (and by tests/test_release_matrix.py on the oldest release), never by a silent
-change of behaviour. Keep this list in step with the hooks (README, "How it works").
+change of behaviour. Keep this list in step with _private_api's functions (README, "How it
+works").
 """
 
 import os
-import subprocess
-import sys
+import types
 
 import pytest
 
-from conftest import REPO
+from kerashvd import _private_api
 
 pytestmark = pytest.mark.keras
 KERAS_3_ONLY = pytest.mark.skipif(os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True"),
@@ -25,71 +25,78 @@ def _hook(condition, internal, user, why):
                        f"Keras/TensorFlow; {user} needs it to {why}")
 
 
+def _call(function, *args):
+    """Calls a _private_api function; its PrivateApiError names the internal."""
+    try:
+        return function(*args)
+    except _private_api.PrivateApiError as err:
+        pytest.fail(str(err))
+
+
 @KERAS_3_ONLY
-def test_trainer_resolve_auto_jit_compile():
-    from keras.src.trainers.trainer import Trainer
+def test_wrap_resolve_auto_jit_compile():
+    import kerashvd.optimizer.keras3  # noqa: F401  (wraps at import)
 
-    import kerashvd.optimizer  # noqa: F401  (installs the wrapper)
-
-    resolve = getattr(Trainer, "_resolve_auto_jit_compile", None)
-    _hook(callable(resolve), "keras.src.trainers.trainer.Trainer._resolve_auto_jit_compile",
+    _hook(_call(_private_api.resolve_auto_jit_compile_wrapped),
+          "keras.src.trainers.trainer.Trainer._resolve_auto_jit_compile (not wrapped)",
           "kerashvd/_xla.py", "make compile(jit_compile='auto') resolve to False")
-    _hook(getattr(resolve, "kerashvd_wrapped", False),
-          "Trainer._resolve_auto_jit_compile (not wrapped)", "kerashvd/_xla.py",
-          "make compile(jit_compile='auto') resolve to False")
 
 
-def test_tf_internal_get_enclosing_xla_context():
+def test_inside_xla_function():
     import tensorflow as tf
 
-    get = getattr(getattr(tf, "__internal__", None), "get_enclosing_xla_context", None)
-    _hook(callable(get), "tf.__internal__.get_enclosing_xla_context",
+    assert _call(_private_api.inside_xla_function) is False
+    seen = []
+
+    @tf.function(jit_compile=True)
+    def compiled(x):
+        seen.append(_private_api.inside_xla_function())
+        return x + 1
+
+    compiled(tf.constant(1.0))
+    _hook(seen == [True], "tf.__internal__.get_enclosing_xla_context",
           "kerashvd/_xla.py check_not_xla", "refuse collectives traced inside XLA")
-    assert get() is None
 
 
-def test_batch_normalization_moments_hook():
+def test_batch_norm_statistics_method_and_reduction_axes():
     from kerashvd.keras_compat import USES_TF_KERAS, keras
 
-    hook = "_calculate_mean_and_var" if USES_TF_KERAS else "_moments"
-    _hook(callable(getattr(keras.layers.BatchNormalization, hook, None)),
-          f"BatchNormalization.{hook}", "kerashvd/sync_batch_norm.py",
-          "compute the statistics over the global batch")
+    name = _call(_private_api.batch_norm_statistics_method, keras, USES_TF_KERAS)
+    assert name == ("_calculate_mean_and_var" if USES_TF_KERAS else "_moments")
     if not USES_TF_KERAS:
         layer = keras.layers.BatchNormalization()
         layer.build((None, 3))
-        _hook(hasattr(layer, "_reduction_axes"), "BatchNormalization._reduction_axes",
-              "kerashvd/sync_batch_norm.py", "know which axes to reduce")
+        assert list(_call(_private_api.batch_norm_reduction_axes, layer)) == [0]
 
 
-def test_model_test_step_function_and_metrics_result():
+def test_patch_model_methods():
     from kerashvd.keras_compat import keras
 
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     model.make_test_function()
-    for name in ("get_metrics_result", "test_step", "test_function"):
+    for name in _private_api.MODEL_EVALUATION_METHODS:
         _hook(callable(getattr(model, name, None)), f"Model.{name}",
               "callbacks/distributed_validation.py",
               "reduce the validation metric states across ranks")
+    original = model.test_function
+    restore = _call(_private_api.patch_model_methods, model, {"test_function": len})
+    assert model.test_function is len
+    restore()
+    assert model.test_function is original
 
 
 def test_eager_context_config():
-    import tensorflow as tf  # noqa: F401
-    from tensorflow.core.protobuf import config_pb2
-    from tensorflow.python.eager import context
-
-    ctx = context.context()
-    for name in ("_config", "_context_handle"):
-        _hook(hasattr(ctx, name), f"tensorflow.python.eager.context.Context.{name}",
-              "kerashvd/tf_threads.py", "turn TensorFlow's thread spinning off")
-    _hook(hasattr(config_pb2.ConfigProto().experimental, "disable_thread_spinning"),
+    _call(_private_api.eager_context_started)
+    config = _call(_private_api.eager_context_config)
+    _hook(hasattr(config.experimental, "disable_thread_spinning"),
           "ConfigProto.experimental.disable_thread_spinning", "kerashvd/tf_threads.py",
           "turn TensorFlow's thread spinning off")
 
 
-def test_loss_scale_optimizer_calls_apply_from_its_own_method():
-    """loss_scale_order finds a wrapping LossScaleOptimizer among apply's callers' frames."""
+def test_wrapped_by_loss_scaling_finds_the_outer_optimizer_in_the_frames():
+    """_private_api.wrapped_by_loss_scaling finds a wrapping LossScaleOptimizer among
+    apply's callers' frames."""
     import numpy as np
     import tensorflow as tf
 
@@ -110,24 +117,28 @@ def test_loss_scale_optimizer_calls_apply_from_its_own_method():
 def test_keras_saving_walks_dir():
     """kerashvd/optimizer/keras3.py hides inner_optimizer from dir() so Keras' saving stores
     the optimizer's state once (tests/parallel/test_saving.py checks the file's layout)."""
-    from keras.src.saving import saving_lib
-
-    _hook(callable(getattr(saving_lib, "_walk_saveable", None)),
-          "keras.src.saving.saving_lib._walk_saveable", "kerashvd/optimizer/keras3.py __dir__",
+    _hook(_private_api.keras_saving_walk_exists(), "keras.src.saving.saving_lib._walk_saveable",
+          "kerashvd/optimizer/keras3.py __dir__",
           "keep a DistributedOptimizer checkpoint in the plain optimizer's layout")
 
 
-@KERAS_3_ONLY
-def test_keras_import_hook_registers_the_classes_in_a_fresh_process():
-    """kerashvd/_keras_hook.py wraps the loaders of keras and tensorflow through sys.meta_path
-    so that importing them registers kerashvd's serializables."""
-    code = ("import kerashvd, keras, sys; "
-            "from keras.saving import get_registered_object as g; "
-            "print(g('kerashvd>DistributedOptimizer') is not None, "
-            "g('kerashvd>SyncBatchNormalization') is not None)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=300)
-    _hook(out.returncode == 0 and out.stdout.split()[-2:] == ["True", "True"],
-          "importlib loaders of keras/tensorflow (sys.meta_path)", "kerashvd/_keras_hook.py",
-          f"register kerashvd's classes when Keras is imported ({out.stdout[-300:]}"
-          f"{out.stderr[-1500:]})")
+def test_untracked_and_tf_keras_optimizer_built():
+    tf_keras = pytest.importorskip("tf_keras")
+
+    optimizer = tf_keras.optimizers.SGD(0.1)
+    optimizer.kept = _call(_private_api.untracked, optimizer, [1])
+    assert optimizer.kept == [1] and "kept" not in optimizer._trackable_children()
+    assert _private_api.tf_keras_optimizer_built(optimizer) is False
+    optimizer.build([tf_keras.backend.variable(1.0)])
+    _hook(_private_api.tf_keras_optimizer_built(optimizer), "tf_keras Optimizer._built",
+          "kerashvd/keras_compat.py optimizer_built", "tell whether a tf_keras optimizer is built")
+
+
+def test_a_missing_internal_is_an_error_naming_it():
+    class BatchNormalization:
+        pass
+
+    keras = types.SimpleNamespace(__name__="fake_keras", __version__="0",
+                                  layers=types.SimpleNamespace(BatchNormalization=BatchNormalization))
+    with pytest.raises(_private_api.PrivateApiError, match=r"BatchNormalization\._moments"):
+        _private_api.batch_norm_statistics_method(keras, False)

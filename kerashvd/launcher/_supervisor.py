@@ -41,6 +41,9 @@ Protocol, per rank:
    host to end removes it).
 6. Exit with the child's code (128 + N for a child killed by signal N).
 
+The child's environment is the supervisor's plus TensorFlow's defaults that kerashvd prefers,
+where unset (tf_defaults.py: the pooling CPU allocator, no C++ INFO lines).
+
 In kerashvdrun's elastic mode (``KERASHVD_ELASTIC`` set), a rank must outlive the end of its
 world long enough to hand its last commit over (``handover.py``), but hydra ends a world that
 lost a host by SIGKILLing each supervisor's process group, and the child's parent-death signal
@@ -64,6 +67,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run by path, with -I
 import shm_segments  # noqa: E402
+import tf_defaults  # noqa: E402
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
@@ -278,6 +282,7 @@ def main(argv):
     try:
         child = subprocess.Popen(
             command, close_fds=False, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=tf_defaults.with_defaults(os.environ),
             preexec_fn=_die_with_parent(elastic=bool(os.environ.get("KERASHVD_ELASTIC"))))
     except OSError as err:
         sys.stderr.write(f"kerashvd: rank {rank}: cannot run {command[0]!r}: {err}\n")

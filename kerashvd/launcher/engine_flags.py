@@ -9,7 +9,7 @@ small module that loads neither TensorFlow nor a running MPI.
 
 import argparse
 
-from .. import _core
+from .._engine import core as _core
 
 
 def _dest(row):

@@ -25,7 +25,6 @@ refuses them, naming the non-legacy class to use.
 """
 
 import copy
-import sys
 
 import tensorflow as tf
 import tf_keras
@@ -36,10 +35,12 @@ from tf_keras.mixed_precision import LossScaleOptimizer
 from ..compression import Compression
 from ..process_sets import global_process_set
 from ..reduce_ops import Average
+from .. import _private_api
 from .apply_hooks import ApplyHooks
 from .aggregation import LocalAggregator
-from .reduction import GradientReducer, ReducerSettings, check_not_xla
-from .loss_scale_order import wrapped_by_loss_scaling
+from . import select
+from .chain import ReducerSettings
+from .reduction import GradientReducer, check_not_xla
 from .wrapper_config import wrapper_arguments, wrapper_config
 
 # Serialized names of the built-in compressions (as in keras3, without importing Keras 3).
@@ -51,19 +52,14 @@ class _CallableList(list):
         return self
 
 
-def _is_keras3_optimizer(optimizer):
-    keras = sys.modules.get("keras")
-    optimizers = getattr(keras, "optimizers", None)
-    return optimizers is not None and isinstance(optimizer, optimizers.Optimizer)
-
-
 @tf_keras.saving.register_keras_serializable(package="kerashvd", name="DistributedOptimizerKeras2")
 class DistributedOptimizer(ReducerSettings, ApplyHooks, tf_keras.optimizers.Optimizer):
     """Averages gradients over all ranks, then applies them with the wrapped tf_keras optimizer.
 
     Args: as the Keras 3 ``kerashvd.optimizer.keras3.DistributedOptimizer``; ``optimizer`` is a
     ``tf_keras.optimizers.Optimizer`` (or a ``tf_keras.mixed_precision.LossScaleOptimizer``
-    of one). Given a Keras 3 optimizer, returns the Keras 3 class instead.
+    of one). Given a Keras 3 optimizer, returns the Keras 3 class instead
+    (``kerashvd/optimizer/select.py``). Saving and loading: as the Keras 3 class.
 
     Raises:
         TypeError: when ``optimizer`` is not a (non-legacy) tf_keras optimizer.
@@ -77,9 +73,9 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, tf_keras.optimizers.Opti
     """
 
     def __new__(cls, optimizer=None, *args, **kwargs):
-        if _is_keras3_optimizer(optimizer):
-            from .keras3 import DistributedOptimizer as Keras3DistributedOptimizer
-            return Keras3DistributedOptimizer(optimizer, *args, **kwargs)
+        chosen = select.class_for(optimizer, DistributedOptimizer)
+        if chosen is not DistributedOptimizer:  # a Keras 3 optimizer
+            return chosen(optimizer, *args, **kwargs)
         if cls is DistributedOptimizer and isinstance(optimizer, LossScaleOptimizer):
             cls = DistributedLossScaleOptimizer
         return super().__new__(cls)
@@ -113,10 +109,10 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, tf_keras.optimizers.Opti
         self.device_sparse = device_sparse
         self.backward_passes_per_step = backward_passes_per_step
         self.average_aggregated_gradients = bool(average_aggregated_gradients)
-        self._reducer = self._no_dependency(GradientReducer(
+        self._reducer = _private_api.untracked(self, GradientReducer(
             name, compression, sparse_as_dense, op, gradient_predivide_factor, num_groups, groups,
             scale_local_gradients, process_set))
-        self._aggregator = self._no_dependency(
+        self._aggregator = _private_api.untracked(self, 
             LocalAggregator(backward_passes_per_step, average_aggregated_gradients)
             if backward_passes_per_step > 1 else None)
         self._order_checked = False
@@ -128,7 +124,7 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, tf_keras.optimizers.Opti
     # -- the optimizer protocol -----------------------------------------------------------
     def build(self, var_list):
         """Builds the inner optimizer and the local accumulators (once; later calls return)."""
-        if getattr(self, "_built", False):
+        if _private_api.tf_keras_optimizer_built(self):
             return
         var_list = list(var_list)
         self._optimizer.build(var_list)
@@ -178,7 +174,7 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, tf_keras.optimizers.Opti
         """Refuses ``LossScaleOptimizer(DistributedOptimizer(...))`` (see the module doc)."""
         if self._order_checked:
             return
-        if wrapped_by_loss_scaling(self, LossScaleOptimizer):
+        if _private_api.wrapped_by_loss_scaling(self, LossScaleOptimizer):
             raise ValueError(
                 "A tf_keras LossScaleOptimizer wraps this DistributedOptimizer (compile() "
                 "does so under a mixed_float16 policy), so each rank would decide alone "

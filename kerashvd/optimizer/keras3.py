@@ -20,7 +20,6 @@ builds when given a plain ``DistributedOptimizer`` under ``mixed_float16``, is d
 the first step and refused with an error that shows the fix.
 """
 
-import sys
 import types
 
 import keras
@@ -30,10 +29,12 @@ from keras.optimizers import LossScaleOptimizer
 from ..compression import Compression
 from ..process_sets import global_process_set
 from ..reduce_ops import Average
+from .. import _private_api
 from .apply_hooks import ApplyHooks
 from .aggregation import LocalAggregator
-from .reduction import GradientReducer, ReducerSettings, check_not_xla
-from .loss_scale_order import wrapped_by_loss_scaling
+from . import select
+from .chain import ReducerSettings, optimizer_chain
+from .reduction import GradientReducer, check_not_xla
 from .._xla import install_auto_resolution
 from .wrapper_config import wrapper_arguments, wrapper_config
 
@@ -41,16 +42,10 @@ _KerasOptimizer = keras.optimizers.Optimizer
 # The base class's own iterations and learning_rate, which earlier versions saved first.
 _EARLIER_PLACEHOLDERS = 2
 
-def _is_tf_keras_optimizer(optimizer):
-    tf_keras = sys.modules.get("tf_keras")
-    return tf_keras is not None and isinstance(optimizer, tf_keras.optimizers.Optimizer)
-
-
 def _accumulation_steps(optimizer):
-    while optimizer is not None:
-        if getattr(optimizer, "gradient_accumulation_steps", None):
-            return optimizer.gradient_accumulation_steps
-        optimizer = getattr(optimizer, "inner_optimizer", None)
+    for link in optimizer_chain(optimizer):
+        if getattr(link, "gradient_accumulation_steps", None):
+            return link.gradient_accumulation_steps
     return None
 
 
@@ -59,7 +54,7 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
     """An optimizer that averages gradients over all ranks before applying them.
 
     Wraps a Keras 3 optimizer (or, given a ``tf_keras`` optimizer, returns the Keras 2 adapter
-    ``kerashvd.optimizer.keras2.DistributedOptimizer`` with the same arguments). Every rank
+    with the same arguments: see ``kerashvd/optimizer/select.py``). Every rank
     must call it with the same variables in the same order, once per batch.
 
     Args:
@@ -118,12 +113,19 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
     XLA on where a GPU is visible), with a one-line notice; an explicit ``jit_compile=True``
     is turned off by kerashvd's callbacks, and otherwise ``apply`` raises ``ValueError``
     telling you to pass ``jit_compile=False`` when traced inside an XLA-compiled function.
+
+    Saving and loading: ``model.save("m.keras")`` stores the wrapper (``kerashvd>
+    DistributedOptimizer``) and the inner optimizer's state in the plain optimizer's layout.
+    A fresh process loads it with ``hvd.load_model("m.keras")``, which registers kerashvd's
+    classes with Keras first (``import kerashvd`` alone does not); ``keras.saving.
+    load_model`` works once they are registered (after ``hvd.init()`` in a process that
+    imported Keras first, or any use of ``hvd.DistributedOptimizer``).
     """
 
     def __new__(cls, optimizer=None, *args, **kwargs):
-        if _is_tf_keras_optimizer(optimizer):
-            from .keras2 import DistributedOptimizer as Keras2DistributedOptimizer
-            return Keras2DistributedOptimizer(optimizer, *args, **kwargs)
+        chosen = select.class_for(optimizer, DistributedOptimizer)
+        if chosen is not DistributedOptimizer:  # a tf_keras optimizer
+            return chosen(optimizer, *args, **kwargs)
         if cls is DistributedOptimizer and isinstance(optimizer, LossScaleOptimizer):
             cls = DistributedLossScaleOptimizer
         return super().__new__(cls)
@@ -244,7 +246,7 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
         """
         if self._order_checked:
             return
-        if wrapped_by_loss_scaling(self, LossScaleOptimizer):
+        if _private_api.wrapped_by_loss_scaling(self, LossScaleOptimizer):
             raise ValueError(
                 "A keras.optimizers.LossScaleOptimizer wraps this DistributedOptimizer, so "
                 "each rank would decide alone whether to skip a non-finite step, and ranks "

@@ -41,36 +41,12 @@ from ..compression import Compression, Compressor
 from ..process_sets import global_process_set, resolve, set_size
 from ..reduce_ops import Average, Sum, check_not_adasum, op_name
 from .._xla import check_not_xla  # noqa: F401  (re-exported)
+from .chain import ReducerSettings  # noqa: F401  (re-exported)
 
 
 def _is_variable_list(group):
     return isinstance(group, (list, tuple)) and all(hasattr(v, "shape") and hasattr(v, "dtype")
                                                     for v in group)
-
-
-class ReducerSettings:
-    """The reduction settings of a wrapper that holds a GradientReducer as ``self._reducer``,
-    read back under Horovod's argument names (shared by both Keras versions' optimizers)."""
-
-    compression = property(lambda self: self._reducer.compression)
-    sparse_as_dense = property(lambda self: self._reducer.sparse_as_dense)
-    op = property(lambda self: self._reducer.op)
-    gradient_predivide_factor = property(lambda self: self._reducer.gradient_predivide_factor)
-    num_groups = property(lambda self: self._reducer.num_groups)
-    groups = property(lambda self: self._reducer.groups)
-    scale_local_gradients = property(lambda self: self._reducer.scale_local_gradients)
-    process_set = property(lambda self: self._reducer.process_set)
-
-    def register_local_var(self, var):
-        """Keeps ``var``'s gradient on this rank: it is applied without any collective.
-
-        For layers each rank keeps to itself (model parallelism, per-rank heads). With
-        ``scale_local_gradients`` (default) the local gradient is divided by ``size()``.
-        Every rank must register the same variables, before the first step.
-        ``kerashvd.PartialDistributedOptimizer(opt, local_layers=[...])`` registers whole
-        layers.
-        """
-        self._reducer.register_local(var)
 
 
 class GradientReducer:

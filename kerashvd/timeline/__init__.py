@@ -13,9 +13,8 @@ import collections
 import json
 import sys
 
-from .. import _core
+from .._engine import core as _core, require_init as _require_init
 from ..config import SETTINGS
-from ..runtime import _require_init
 
 # The engine's default for KERASHVD_TIMELINE_MAX_MB (ops/core/config.h).
 DEFAULT_MAX_MB = float(SETTINGS["timeline_max_mb"]["default"])
