@@ -1,19 +1,17 @@
-"""Runs ``kerashvdrun`` without importing TensorFlow, to keep the launcher tests fast.
+"""Runs the checkout's ``kerashvdrun``, as the installed ``kerashvdrun`` script does.
 
-``kerashvd/__init__.py`` imports TensorFlow; the launcher package does not need it. This
-script registers an empty ``kerashvd`` package object whose path is the real one, so that
-``kerashvd.launcher.cli`` imports alone. Usage: ``python kerashvdrun_light.py ARGS...``.
+The repository root goes first on ``sys.path`` (as for ``python -m pytest`` run there), so
+the launcher is this checkout's; ``kerashvd`` finds the compiled files of the installed build
+itself (``kerashvd/__init__.py``). ``import kerashvd`` imports nothing heavy (no TensorFlow,
+no Keras) and the launcher loads only the small compiled engine module for its settings
+table, so this starts as fast as the real command. Usage: ``python kerashvdrun_light.py
+ARGS...``.
 """
 
 import os
 import sys
-import types
 
-_PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "kerashvd")
-_stub = types.ModuleType("kerashvd")
-_stub.__path__ = [_PACKAGE]
-sys.modules["kerashvd"] = _stub
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from kerashvd.launcher.cli import main  # noqa: E402
 
