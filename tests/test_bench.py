@@ -34,9 +34,11 @@ def test_allreduce_bench_prints_its_table_with_nothing_wrong():
     rows = [line.split() for line in out.splitlines() if re.match(r"^\s+\d+\s+\d+\s", line)]
     assert [int(r[0]) for r in rows] == [4096, 1 << 20], out
     assert all(r[5] == "0" for r in rows), out  # the #wrong column
+    assert all(len(r) == 13 and r[10] == "0" for r in rows), out  # ... and the in-graph one's
     assert out.count("(#wrong 0)") == 2, out  # the two 100-tensor steps
     assert "single 4 KiB allreduce" in out and "chained 20 deep" in out, out
     assert "called as concrete functions" in out, out
+    assert "raw MPI's in-place allreduce of the same 1,638,400 bytes" in out, out
 
 
 def test_keras_bench_runs_every_configuration():

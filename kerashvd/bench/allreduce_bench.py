@@ -75,6 +75,42 @@ class _Cases:
             self._steps[nbytes] = (op, mpi, wrong)
         return self._steps[nbytes]
 
+    def in_graph(self, nbytes):
+        """(K, a call running K allreduces of `nbytes` one after the other inside one
+        tf.function, #wrong elements of the last one's result).
+
+        Each allreduce reduces the previous one's result, so the engine never fuses two, and
+        in place, as the optimizer's allreduces of a training step reduce the gradients that
+        TensorFlow hands over (the baseline is raw MPI's in-place allreduce). Per allreduce, the
+        time of one call divided by K: the function's dispatch is shared by K collectives, as a
+        training step's is by its gradients'. The values grow by a factor of the world size per
+        allreduce (K is kept low enough for float32), and are checked within float32 rounding.
+        """
+        tf, np, hvd, n = self.tf, self.np, self.hvd, self.n
+        k = max(2, min(20, (16 << 20) // max(nbytes, 1)))
+        if n > 1:
+            k = max(2, min(k, int(30 / np.log10(n))))
+        x = tf.constant(np.ones(nbytes // 4, np.float32))
+
+        @tf.function
+        def chain(t):
+            for i in range(k):
+                t = hvd.allreduce(t, op=hvd.Sum,
+                                  name=f"bench.graph.{nbytes}.{i}")
+            return t
+
+        expected = float(n) ** k
+        wrong = lambda: int(np.count_nonzero(  # noqa: E731
+            ~np.isclose(chain(x).numpy(), expected, rtol=1e-5, atol=0)))
+        return k, (lambda: chain(x)), wrong
+
+    def raw_mpi_inplace(self, nbytes):
+        """Raw MPI's in-place allreduce of `nbytes` (the engine's fusion buffer is reduced in
+        place)."""
+        buffer = self.np.ones(nbytes // 4, self.np.float32)
+        from mpi4py import MPI
+        return lambda: self.comm.Allreduce(MPI.IN_PLACE, buffer)
+
     def chain(self):
         hvd = self.hvd
 
@@ -147,16 +183,22 @@ def run(args):
     if rank == 0:
         print("\n".join(_header(hosts)), flush=True)
     say(f"# {'size(B)':>10} {'count':>10} {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
-        f" {'mpi(us)':>10} {'mpi busbw':>9} {'ratio':>6}")
+        f" {'mpi(us)':>10} {'mpi busbw':>9} {'ratio':>6} {'graph(us)':>10} {'#wrong':>6} "
+        f"{'mpi ip(us)':>10} {'graph ratio':>11}")
 
     for nbytes in cases.sizes:
         op, mpi, wrong = cases.step(nbytes)
-        t_op, t_mpi = _time_calls([op, mpi], args.seconds, sync, args.repeats)
+        k, graph, graph_wrong = cases.in_graph(nbytes)
+        inplace = cases.raw_mpi_inplace(nbytes)
+        t_op, t_mpi, t_graph, t_inplace = _time_calls([op, mpi, graph, inplace], args.seconds,
+                                                      sync, args.repeats)
+        t_graph /= k
         busbw = nbytes / t_op / 1e9 * factor
         mpi_busbw = nbytes / t_mpi / 1e9 * factor
         say(f"  {nbytes:>10} {nbytes // 4:>10} {t_op * 1e6:>10.1f} {nbytes / t_op / 1e9:>7.3f} "
             f"{busbw:>7.3f} {wrong():>6} {t_mpi * 1e6:>10.1f} {mpi_busbw:>9.3f} "
-            f"{busbw / mpi_busbw:>6.2f}")
+            f"{busbw / mpi_busbw:>6.2f} {t_graph * 1e6:>10.1f} {graph_wrong():>6} "
+            f"{t_inplace * 1e6:>10.1f} {t_inplace / t_graph:>11.2f}")
 
     # Latency of one small allreduce, end to end through a tf.function call, next to the same
     # tf.function without the collective: TF's own dispatch cost, measured in the same run.
@@ -194,13 +236,18 @@ def run(args):
 
     # The same 100 tensors as a training step has them: made inside the step (from variables)
     # and consumed there (assigned back), so no tensor crosses the tf.function boundary.
+    # Next to them, raw MPI's in-place allreduce of the same 1.6 MB: the part of the step's added
+    # time that is MPI's own transfer on this machine, the rest is kerashvd's.
     train_like, train_like_alone = cases.train_like()
-    t_vars_none, t_vars = _time_calls([train_like_alone, train_like], args.seconds, sync,
-                                      args.repeats)
+    raw = cases.raw_mpi_inplace(100 * 16384)
+    t_vars_none, t_vars, t_raw = _time_calls([train_like_alone, train_like, raw], args.seconds,
+                                             sync, args.repeats)
     wrong = sum(int(np.count_nonzero(v.numpy() != i)) for i, v in enumerate(cases.vs))
     say(f"# 100 x 16 KiB made and used inside one tf.function step (variables): "
         f"{t_vars * 1e3:.3f} ms with one grouped_allreduce (#wrong {wrong}); the same step "
-        f"without it: {t_vars_none * 1e3:.3f} ms")
+        f"without it: {t_vars_none * 1e3:.3f} ms; it adds {(t_vars - t_vars_none) * 1e3:.3f} ms, "
+        f"of which raw MPI's in-place allreduce of the same 1,638,400 bytes takes "
+        f"{t_raw * 1e3:.3f} ms")
     hvd.shutdown()
 
 
