@@ -1,7 +1,7 @@
 // CreateMpiGpuPlane: the GPU plane (../gpu_plane.h) over an MPI communicator, which
 // MpiGroup::CreateGpuPlane hands out. Builds with a GPU backend define it in
 // ../nccl/nccl_gpu_plane.cc (NCCL bootstraps over the communicator); the others in
-// ../gpu_plane_unavailable.cc, as an Unimplemented error. This header needs no mpi.h.
+// mpi_gpu_plane_unavailable.cc, as an Unimplemented error.
 #pragma once
 
 #include <memory>
