@@ -5,10 +5,10 @@ fusion planning, the response cache, the negotiation messages, the controller's 
 (agreement, mismatches, failed requests, shutdown, a dead or aborted peer), the process-set
 registry (agreement, disagreement, a rank that never calls), a whole lane on fake
 transports (results, negotiated shutdown, abort) and a whole engine on a fake world group
-(the world's and a set's lanes, the membership check, shutdown). About a minute to build from scratch on
-two cores, under a second to run. The build uses the
-wheel's compiler settings (ops/cmake/compile_settings.cmake) and stays in build/cpp-tests, so
-later runs only recompile what changed.
+(the world's and a set's lanes, the membership check, shutdown). One to three minutes to
+build from scratch on two cores, under a second to run. The build uses the wheel's compiler
+settings (ops/cmake/compile_settings.cmake) and stays in build/cpp-tests, so later runs only
+recompile what changed.
 """
 
 import os
