@@ -46,7 +46,8 @@ TEST(DeviceRouterRunsHostGroupsOnTheHostAndAsksGroupsForGpuPlanes) {
 TEST(SetLanesStartFindAndStopASetsLane) {
   const int n = 2;
   auto world = std::make_shared<FakeWorld>(n);
-  std::vector<bool> found(n), gone(n);
+  // char, not bool: the bits of a vector<bool> share words, written by several rank threads
+  std::vector<char> found(n), gone(n);
   RunRanks(n, [&](int rank) {
     FakeGroup world_group(world, rank);
     AbortFlag abort;
