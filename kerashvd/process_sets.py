@@ -282,10 +282,12 @@ def resolve(process_set, what):
     if not isinstance(process_set, ProcessSet):
         raise TypeError(f"{what}: process_set must be a kerashvd.ProcessSet; received "
                         f"{process_set!r}")
-    if not process_set.included():
+    process_set._check_registered()  # this object is the registered set of its id
+    # Membership is the engine's registry's to check (it checks each submission too).
+    error = _core.process_set_caller_error(process_set.process_set_id, what)
+    if error:
         from ._local_errors import InvalidArgumentError  # imports TensorFlow: callers have it
-        raise InvalidArgumentError(f"{what}: rank {rank()} is not in {process_set!r}; only its members "
-                         "may call its collectives (check process_set.included()).")
+        raise InvalidArgumentError(error)
     return process_set.process_set_id
 
 

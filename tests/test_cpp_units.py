@@ -3,11 +3,12 @@
 They cover the framework-free parts of the engine with ranks as threads of one process:
 fusion planning, the response cache, the negotiation messages, the controller's cycle
 (agreement, mismatches, failed requests, shutdown, a dead or aborted peer), the process-set
-registry (agreement, disagreement, a rank that never calls) and a whole lane on fake
-transports (results, negotiated shutdown, abort). About a minute to build from scratch on
-two cores, under a second to run. The build uses the
-wheel's compiler settings (ops/cmake/compile_settings.cmake) and stays in build/cpp-tests, so
-later runs only recompile what changed.
+registry (agreement, disagreement, a rank that never calls), a whole lane on fake
+transports (results, negotiated shutdown, abort) and a whole engine on a fake world group
+(the world's and a set's lanes, the membership check, shutdown). One to three minutes to
+build from scratch on two cores, under a second to run. The build uses the wheel's compiler
+settings (ops/cmake/compile_settings.cmake) and stays in build/cpp-tests, so later runs only
+recompile what changed.
 """
 
 import os

@@ -18,9 +18,9 @@ Status DeviceRouter::CheckDevice(const Request& request) {
       "CUDA_VISIBLE_DEVICES=local rank).");
 }
 
-void DeviceRouter::AddSet(int id, std::unique_ptr<MpiContext> gpu_comm) {
+void DeviceRouter::AddSet(int id, std::unique_ptr<Group> gpu_group) {
   auto set = std::make_shared<SetPlane>();
-  set->comm = std::move(gpu_comm);
+  set->group = std::move(gpu_group);
   std::lock_guard<std::mutex> lock(mutex_);
   sets_[id] = std::move(set);
 }
@@ -50,7 +50,7 @@ Status DeviceRouter::ExecutorFor(const std::vector<WorkItem*>& group, Executor* 
   if (id == 0) {
     if (!gpu_)
       KERASHVD_RETURN_IF_ERROR(
-          CreateGpuPlane(*world_, abort_, timeline_, device, /*timeout_seconds=*/0, &gpu_));
+          world_->CreateGpuPlane(timeline_, device, /*timeout_seconds=*/0, &gpu_));
     *out = gpu_->executor();
     return Status::Ok();
   }
@@ -61,12 +61,12 @@ Status DeviceRouter::ExecutorFor(const std::vector<WorkItem*>& group, Executor* 
     auto it = sets_.find(id);
     if (it != sets_.end()) set = it->second;
   }
-  if (!set || !set->comm)
+  if (!set || !set->group)
     return Status::Internal("process set " + std::to_string(id) + " has no GPU communicator "
                             "on this rank for '" + response.request.name + "'");
   if (!set->plane)
-    KERASHVD_RETURN_IF_ERROR(CreateGpuPlane(*set->comm, abort_, timeline_, device,
-                                            /*timeout_seconds=*/0, &set->plane));
+    KERASHVD_RETURN_IF_ERROR(
+        set->group->CreateGpuPlane(timeline_, device, /*timeout_seconds=*/0, &set->plane));
   *out = set->plane->executor();
   return Status::Ok();
 }

@@ -19,36 +19,35 @@
 #include <mutex>
 #include <vector>
 
-#include "abort_flag.h"
 #include "backend/gpu_plane.h"
-#include "backend/mpi/mpi_context.h"
 #include "controller.h"
 #include "executor.h"
+#include "group.h"
 #include "timeline.h"
 
 namespace kerashvd {
 
 class DeviceRouter {
  public:
-  DeviceRouter(const MpiContext* world, const AbortFlag* abort, Timeline* timeline)
-      : world_(world), abort_(abort), timeline_(timeline) {}
+  // `world`: the world's group, which the world's GPU plane is created over; it outlives the
+  // router.
+  DeviceRouter(Group* world, Timeline* timeline) : world_(world), timeline_(timeline) {}
   // A GPU tensor must be on the GPU of this process's earlier GPU tensors (checked locally,
   // before negotiation, so that a misplaced tensor never leaves the other ranks waiting).
   Status CheckDevice(const Request& request);
-  // Set `id`'s communicator for its GPU collectives (members only, builds with a GPU plane).
-  void AddSet(int id, std::unique_ptr<MpiContext> gpu_comm);
-  // The executor for a group of the world lane (Lane::ExecutorChooser).
+  // Set `id`'s group for its GPU collectives (members only, builds with a GPU plane).
+  void AddSet(int id, std::unique_ptr<Group> gpu_group);
+  // The executor for a group of the world lane: `host`, or a GPU plane's.
   Status ExecutorFor(const std::vector<WorkItem*>& group, Executor* host, Executor** out);
   // At shutdown: drops the sets' planes and communicators (the world's stays to the end).
   void DropSets();
 
  private:
   struct SetPlane {
-    std::unique_ptr<MpiContext> comm;
+    std::unique_ptr<Group> group;    // declared first: the plane uses it
     std::unique_ptr<GpuPlane> plane;
   };
-  const MpiContext* world_;
-  const AbortFlag* abort_;
+  Group* world_;
   Timeline* timeline_;
   std::unique_ptr<GpuPlane> gpu_;    // the world's; created by the first GPU group
   std::atomic<int> gpu_device_{-1};  // the GPU of the first GPU tensor submitted

@@ -1,37 +1,43 @@
 // Engine: one per process. It creates the parts and wires them together, hands each submitted
 // collective to its lane, and stops everything at shutdown or when a peer fails:
-//   MpiContext          the world's communicator and the topology (backend/mpi)
+//   Group               the world's communicator, made by the backend's factory (group.h)
 //   Lane                one per communicator: queue, negotiation, fusion, host executor and
-//                       background thread (lane.h); lane 0 runs the whole world's collectives,
-//                       and each process set this rank belongs to has a lane of its own
+//                       background thread (lane.h); lane 0 runs the whole world's collectives
+//   SetLanes            this rank's lanes of the process sets it belongs to (set_lanes.h)
 //   ProcessSetRegistry  the sets, their registration protocol and the membership check
 //   DeviceRouter        the GPU planes, and which executor runs each group of the world lane
 //   PeerMonitor         heartbeats; a dead or frozen peer sets the AbortFlag
 //   Timeline            the Chrome-trace timeline
 #pragma once
 
-#include <map>
+#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "abort_flag.h"
-#include "backend/mpi/mpi_context.h"
 #include "config.h"
 #include "device_router.h"
+#include "group.h"
 #include "lane.h"
 #include "peer_monitor.h"
 #include "process_set_registry.h"
+#include "set_lanes.h"
 #include "timeline.h"
 #include "topology.h"
 
 namespace kerashvd {
 
-class Engine : private ProcessSetRegistry::Host {
+class Engine {
  public:
-  static Status Create(const Config& config, std::unique_ptr<Engine>* out);
-  ~Engine() override;
+  // Makes the world's group: the backend's factory (CreateMpiWorld, backend/mpi/mpi_world.h;
+  // the unit tests' FakeGroup). `abort` is the engine's and outlives the group.
+  using WorldFactory =
+      std::function<Status(const Config&, const AbortFlag* abort, std::unique_ptr<Group>* out)>;
+
+  // Collective over the world's ranks.
+  static Status Create(const Config& config, const WorldFactory& make_world,
+                       std::unique_ptr<Engine>* out);
+  ~Engine();
 
   // Hands a collective to the lane of its process set. On error (engine stopped, unknown
   // process set, not a member) `entry.done` is not called; the caller reports the Status.
@@ -54,35 +60,25 @@ class Engine : private ProcessSetRegistry::Host {
   StragglerCounters StragglerSnapshot(bool reset) { return world_->StragglerSnapshot(reset); }
 
   const Config& config() const { return config_; }
-  // Where this rank sits (what the bindings report).
+  // Where this rank sits (what the bindings and the GPU test programs read).
   const Topology& topology() const { return topology_; }
-  // The world's communicator, for the C++ GPU tests and benchmark (backend/nccl) only.
-  const MpiContext& mpi() const { return *mpi_; }
 
  private:
-  // This rank's lane of a process set, and the communicator it runs on.
-  struct SetLane {
-    std::unique_ptr<MpiContext> comm;
-    std::unique_ptr<Lane> lane;
-  };
-
   explicit Engine(const Config& config) : config_(config) {}
   void OnPeerFailure(int rank, const std::string& what);
-  // ProcessSetRegistry::Host
-  Status StartSet(int id, const std::vector<int>& ranks, std::unique_ptr<Group> group) override;
-  void StopSets(const std::vector<int>& ids) override;
 
+  // Declared in the order they are built; destroyed the other way round, each part before
+  // what it uses.
   Config config_;
   AbortFlag abort_;  // set when a peer fails; every wait in a collective checks it
-  std::unique_ptr<MpiContext> mpi_;
+  std::unique_ptr<Group> world_group_;
   Topology topology_;
   Timeline timeline_;
-  std::unique_ptr<Lane> world_;  // process set 0
   std::unique_ptr<DeviceRouter> router_;
+  std::unique_ptr<SetLanes> set_lanes_;
   std::unique_ptr<ProcessSetRegistry> registry_;
+  std::unique_ptr<Lane> world_;  // process set 0
   std::unique_ptr<PeerMonitor> monitor_;
-  std::mutex lanes_mutex_;  // guards set_lanes_ (registrations vs. Submit and peer failure)
-  std::map<int, std::shared_ptr<SetLane>> set_lanes_;
 };
 
 }  // namespace kerashvd

@@ -10,7 +10,7 @@
 namespace kerashvd {
 
 Lane::Lane(int id, LaneTransport transport, std::vector<int> world_ranks, const Config& config,
-           AbortFlag* abort, Timeline* timeline, Membership membership)
+           AbortFlag* abort, Timeline* timeline, WorldParts world)
     : id_(id),
       world_ranks_(std::move(world_ranks)),
       config_(config),
@@ -18,7 +18,8 @@ Lane::Lane(int id, LaneTransport transport, std::vector<int> world_ranks, const 
       timeline_(timeline),
       huge_pages_(std::move(transport.huge_pages)),
       control_(std::move(transport.control)),
-      host_memory_(config.huge_pages) {
+      host_memory_(config.huge_pages),
+      router_(world.router) {
   auto timed = std::make_unique<TimedBackend>(std::move(transport.backend), &stats_);
   timed_backend_ = timed.get();
   backend_ = std::move(timed);
@@ -33,6 +34,9 @@ Lane::Lane(int id, LaneTransport transport, std::vector<int> world_ranks, const 
     return true;
   });
   control_->set_urgency([this] { return pending_work_; });
+  Membership membership;
+  if (const ProcessSetRegistry* sets = world.sets)
+    membership = [sets](int set, int rank) { return sets->IsMember(set, rank); };
   controller_ = std::make_unique<Controller>(control_.get(), config, world_ranks_,
                                              std::move(membership));
   executor_ = std::make_unique<Executor>(
@@ -120,7 +124,8 @@ void Lane::Loop() {
         bytes += FusedBytes(cycle.work[i].response.request);
       }
       Executor* executor = executor_.get();
-      Status placed = chooser_ ? chooser_(group, executor_.get(), &executor) : Status::Ok();
+      Status placed = router_ ? router_->ExecutorFor(group, executor_.get(), &executor)
+                              : Status::Ok();
       if (placed.ok()) RunTimed(executor, group);
       else Executor::Fail(group, placed);
     }

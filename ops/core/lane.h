@@ -33,7 +33,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -45,10 +44,12 @@
 #include "config.h"
 #include "control_plane.h"
 #include "controller.h"
+#include "device_router.h"
 #include "executor.h"
 #include "host_memory_ops.h"
 #include "huge_pages.h"
 #include "lane_transport.h"
+#include "process_set_registry.h"
 #include "straggler_stats.h"
 #include "tensor_queue.h"
 #include "timed_backend.h"
@@ -60,19 +61,24 @@ class Lane {
  public:
   // Longest nap while waiting for the other ranks in a negotiation with work pending here.
   static constexpr std::chrono::microseconds kPendingNap{50};
-  // Chooses the executor of a group (the world lane sends GPU groups to the GPU plane).
-  using ExecutorChooser = std::function<Status(const std::vector<WorkItem*>&, Executor* host,
-                                               Executor** out)>;
+  // The engine's owners that only the world's lane uses, since it also negotiates and runs
+  // the GPU collectives of process sets (device_router.h); a set's lane has neither. They
+  // outlive the lane.
+  struct WorldParts {
+    // Asked whether a rank is a member of the set of a GPU collective (see Controller).
+    const ProcessSetRegistry* sets;
+    // Chooses the executor of each group: the host's, or a GPU plane's.
+    DeviceRouter* router;
+  };
 
-  // `transport`: this lane's communicator, as a control plane and a host backend (built by
-  // the backend that owns it, e.g. MakeMpiTransport). `world_ranks[i]` is the world rank of its
-  // rank i (used in error messages). `abort` and `timeline` are the engine's and outlive the
-  // lane. `membership`: the world's lane only (see Controller).
+  // `transport`: this lane's communicator, as a control plane and a host backend (made by the
+  // group the lane runs over, Group::MakeLaneTransport). `world_ranks[i]` is the world rank of
+  // its rank i (used in error messages). `abort` and `timeline` are the engine's and outlive
+  // the lane.
   Lane(int id, LaneTransport transport, std::vector<int> world_ranks, const Config& config,
-       AbortFlag* abort, Timeline* timeline, Membership membership = nullptr);
+       AbortFlag* abort, Timeline* timeline, WorldParts world = {});
   ~Lane();
 
-  void set_executor_chooser(ExecutorChooser chooser) { chooser_ = std::move(chooser); }
   ControlPlane* control() { return control_.get(); }
   const std::vector<int>& world_ranks() const { return world_ranks_; }
   int id() const { return id_; }
@@ -108,7 +114,7 @@ class Lane {
   std::unique_ptr<Controller> controller_;
   HostMemoryOps host_memory_;
   std::unique_ptr<Executor> executor_;
-  ExecutorChooser chooser_;
+  DeviceRouter* router_;
   TensorQueue queue_;
   uint64_t seen_submissions_ = 0;  // lane thread only
   bool pending_work_ = false;      // lane thread only: this cycle carries work

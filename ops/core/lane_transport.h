@@ -1,6 +1,6 @@
-// LaneTransport: what a lane communicates through, built by the backend that owns the lane's
-// communicator (backend/mpi/mpi_transport.h) and handed to the lane, which never names the
-// library underneath.
+// LaneTransport: what a lane communicates through, made by the group that the lane runs over
+// (Group::MakeLaneTransport, group.h) and handed to the lane, which never names the library
+// underneath.
 #pragma once
 
 #include <memory>

@@ -252,10 +252,10 @@ Status ProcessSetRegistry::CheckCaller(int id, const std::string& name) const {
                                    "with kerashvd.add_process_set() or init(process_sets=...).");
   if (!std::binary_search(it->second.ranks.begin(), it->second.ranks.end(), rank_))
     return Status::InvalidArgument(
-        "rank " + std::to_string(rank_) + " called collective '" + name + "' on process set " +
-        std::to_string(id) + " with ranks " + RankList(it->second.ranks) +
-        ", which does not include it. Only members of a process set may call its collectives "
-        "(check process_set.included()).");
+        "rank " + std::to_string(rank_) + " is not in process set " + std::to_string(id) +
+        " with ranks " + RankList(it->second.ranks) + ", so it cannot call '" + name +
+        "': only the members of a process set may call its collectives (check "
+        "process_set.included() first).");
   return Status::Ok();
 }
 

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <string>
 
+#include "backend/mpi/mpi_world.h"  // the backend this runtime builds the engine on
+
 namespace kerashvd {
 namespace {
 
@@ -56,7 +58,7 @@ Status InitRuntime(const Config& config) {
   std::lock_guard<std::mutex> lock(runtime_mutex);
   if (runtime_engine) return Status::Ok();
   std::unique_ptr<Engine> engine;
-  KERASHVD_RETURN_IF_ERROR(Engine::Create(config, &engine));
+  KERASHVD_RETURN_IF_ERROR(Engine::Create(config, CreateMpiWorld, &engine));
   runtime_engine = std::move(engine);
   std::call_once(atfork_once, [] {
     initializing_pid = getpid();

@@ -102,6 +102,11 @@ PYBIND11_MODULE(_core, m) {
     for (size_t i = 0; i < ids.size(); ++i) sets.emplace_back(ids[i], lists[i]);
     return std::make_pair(my_index, sets);
   });
+  // The registry's membership check for collective `name` of set `id`: "" when this rank may
+  // call it, else why not (Python raises it as kerashvd's InvalidArgumentError).
+  m.def("process_set_caller_error", [](int id, const std::string& name) {
+    return Engine()->process_sets().CheckCaller(id, name).message();
+  });
   // Returns the ids removed: the set's and those registered in the same call.
   m.def("remove_process_set", [](int id) {
     std::vector<int> removed;

@@ -47,7 +47,8 @@ TEST(ControllerAgreesAndThenServesFromCache) {
   const int n = 3;
   FakeWorld world(n);
   std::vector<std::string> first(n), second(n);
-  std::vector<bool> owned(n), cached(n);
+  // char, not bool: the bits of a vector<bool> share words, written by several rank threads
+  std::vector<char> owned(n), cached(n);
   RunRanks(n, [&](int rank) {
     RankUnderTest me(&world, rank, Config());
     CycleResult out;

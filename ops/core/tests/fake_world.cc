@@ -3,6 +3,8 @@
 #include <cstring>
 #include <thread>
 
+#include "../lane_transport.h"
+#include "fake_backend.h"
 #include "harness.h"
 
 namespace kerashvd {
@@ -52,6 +54,20 @@ std::shared_ptr<FakeWorld> FakeWorld::SubWorld(uint64_t split, int color, int si
   auto& world = sub_worlds_[{split, color}];
   if (!world) world = std::make_shared<FakeWorld>(size);
   return world;
+}
+
+Topology FakeGroup::topology() const {
+  Topology t;
+  t.rank = t.local_rank = rank_;
+  t.size = t.local_size = world_->size();
+  return t;
+}
+
+LaneTransport FakeGroup::MakeLaneTransport(const Config&, const std::string&, int) {
+  LaneTransport transport;
+  transport.control = std::make_unique<FakeControlPlane>(world_.get(), rank_, timeout_, abort_);
+  transport.backend = std::make_unique<FakeBackend>(world_.get(), rank_, abort_);
+  return transport;
 }
 
 Status FakeGroup::Allgather(const std::vector<uint64_t>& words, const char* what,

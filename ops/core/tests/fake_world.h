@@ -12,6 +12,7 @@
 // every later exchange fails at once, as a real communicator that lost a peer would.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -53,7 +54,9 @@ class FakeWorld {
   std::map<std::pair<uint64_t, int>, std::shared_ptr<FakeWorld>> sub_worlds_;
 };
 
-// Group (../group.h) for one rank of a FakeWorld.
+// Group (../group.h) for one rank of a FakeWorld. Split and Duplicate give each new group a
+// FakeWorld of its own; the lane transport it makes is a FakeControlPlane and a FakeBackend
+// on its world; it has no GPU plane.
 class FakeGroup : public Group {
  public:
   FakeGroup(std::shared_ptr<FakeWorld> world, int rank,
@@ -62,9 +65,19 @@ class FakeGroup : public Group {
       : world_(std::move(world)), rank_(rank), timeout_(timeout), abort_(abort) {}
   int rank() const override { return rank_; }
   int size() const override { return world_->size(); }
+  // One node: local ranks are the ranks.
+  Topology topology() const override;
   Status Allgather(const std::vector<uint64_t>& words, const char* what,
                    std::vector<uint64_t>* all) override;
   Status Split(int color, std::unique_ptr<Group>* out) override;
+  Status Duplicate(std::unique_ptr<Group>* out) override { return Split(0, out); }
+  LaneTransport MakeLaneTransport(const Config& config, const std::string& label,
+                                  int world_rank0) override;
+  Status CreateGpuPlane(Timeline*, int, double, std::unique_ptr<GpuPlane>*) override {
+    return Status::Unimplemented("the fake group has no GPU plane");
+  }
+  void MarkBroken() override { marked_broken_ = true; }
+  bool marked_broken() const { return marked_broken_; }
 
  private:
   std::shared_ptr<FakeWorld> world_;
@@ -72,6 +85,7 @@ class FakeGroup : public Group {
   std::chrono::milliseconds timeout_;
   const AbortFlag* abort_;
   uint64_t splits_ = 0;
+  std::atomic<bool> marked_broken_{false};
 };
 
 // The negotiation's ControlPlane for one rank of a FakeWorld.

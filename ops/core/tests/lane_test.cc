@@ -1,5 +1,5 @@
 // A whole Lane (lane.h) on a FakeWorld: its thread negotiates, fuses and runs collectives
-// through a LaneTransport of fakes, as it does through MakeMpiTransport's in the wheel.
+// through a LaneTransport of fakes, as it does through MpiGroup::MakeLaneTransport's in the wheel.
 // Covers a collective's result on every rank, a negotiated shutdown failing what is pending
 // with the name of the rank that asked, and the abort flag stopping the lane.
 #include <future>

@@ -1,8 +1,7 @@
-// MpiGroup: Group (../../group.h) on an MPI communicator, with the peer timeout and the
-// engine's abort flag on every wait (mpi_wait.h).
+// MpiGroup: Group (../../group.h) on an MPI communicator (an MpiContext, which knows the
+// communicator's node layout), with the peer timeout and the engine's abort flag on every
+// wait (mpi_wait.h). Groups split or duplicated from it inherit both.
 #pragma once
-
-#include <mpi.h>
 
 #include "../../abort_flag.h"
 #include "../../group.h"
@@ -12,34 +11,30 @@ namespace kerashvd {
 
 class MpiGroup : public Group {
  public:
-  // Takes over `comm` and frees it, unless Release() handed it on.
-  MpiGroup(MPI_Comm comm, double timeout_seconds, const AbortFlag* abort);
-  ~MpiGroup() override;
+  MpiGroup(std::unique_ptr<MpiContext> context, double timeout_seconds, const AbortFlag* abort);
   MpiGroup(const MpiGroup&) = delete;
   MpiGroup& operator=(const MpiGroup&) = delete;
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
+  int rank() const override { return context_->rank(); }
+  int size() const override { return context_->size(); }
+  Topology topology() const override { return context_->topology(); }
   Status Allgather(const std::vector<uint64_t>& words, const char* what,
                    std::vector<uint64_t>* all) override;
   Status Split(int color, std::unique_ptr<Group>* out) override;
-  // Hands the communicator to the caller, who frees it from now on.
-  MPI_Comm Release();
-
-  // A group on a duplicate of `of`'s communicator (the process-set registry's own).
-  static Status Duplicate(const MpiContext& of, double timeout_seconds, const AbortFlag* abort,
-                          std::unique_ptr<Group>* out);
-  // Turns a group made by Split into the context a lane runs on; with `gpu` non-null, first a
-  // duplicate of it for the set's GPU collectives (collective over the group, like Split).
-  static Status ToContexts(std::unique_ptr<Group> group, std::unique_ptr<MpiContext>* comm,
-                           std::unique_ptr<MpiContext>* gpu);
+  Status Duplicate(std::unique_ptr<Group>* out) override;
+  LaneTransport MakeLaneTransport(const Config& config, const std::string& label,
+                                  int world_rank0) override;
+  Status CreateGpuPlane(Timeline* timeline, int device, double timeout_seconds,
+                        std::unique_ptr<GpuPlane>* out) override;
+  void MarkBroken() override { MarkMpiBroken(); }
 
  private:
-  MPI_Comm comm_;
+  // A group of the same kind over `comm` (taken over; null gives a null group).
+  Status Adopt(MPI_Comm comm, std::unique_ptr<Group>* out) const;
+
+  std::unique_ptr<MpiContext> context_;
   double timeout_seconds_;
   const AbortFlag* abort_;
-  int rank_ = 0;
-  int size_ = 1;
 };
 
 }  // namespace kerashvd

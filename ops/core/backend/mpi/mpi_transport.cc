@@ -7,8 +7,9 @@
 
 namespace kerashvd {
 
-LaneTransport MakeMpiTransport(const MpiContext* comm, const Config& config, AbortFlag* abort,
-                               const std::string& label, int world_rank0) {
+LaneTransport MakeMpiTransport(const MpiContext* comm, const Config& config,
+                               const AbortFlag* abort, const std::string& label,
+                               int world_rank0) {
   LaneTransport transport;
   transport.huge_pages = std::make_unique<HugePages>(config.huge_pages);
   transport.control = std::make_unique<MpiControlPlane>(

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../../engine.h"
+#include "../mpi/mpi_world.h"
 #include "nccl_context.h"
 #include "nccl_test_harness.h"
 
@@ -87,12 +88,12 @@ int main(int argc, char** argv) {
   using namespace kerashvd;
   const double seconds = argc > 1 ? std::atof(argv[1]) : 0.5;
   std::unique_ptr<Engine> engine;
-  Status status = Engine::Create(Config(), &engine);
+  Status status = Engine::Create(Config(), CreateMpiWorld, &engine);
   if (!status.ok()) Fatal("Engine::Create failed: " + status.message());
-  const int rank = engine->mpi().rank(), size = engine->mpi().size();
+  const int rank = engine->topology().rank, size = engine->topology().size;
   int devices = 0;
   CheckCuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-  const int device = engine->mpi().local_rank() % devices;
+  const int device = engine->topology().local_rank % devices;
   CheckCuda(cudaSetDevice(device), "cudaSetDevice");
 
   // The baseline's own communicator, beside the engine's (MPI is initialized multi-threaded).

@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "../mpi/mpi_world.h"
 #include "gpu_engine_jobs.h"
 
 namespace kerashvd {
@@ -365,23 +366,23 @@ int main(int argc, char** argv) {
   config.stall_check_seconds = 30;
   config.stall_shutdown_seconds = 90;
   if (freeze) config.peer_timeout_seconds = 5;
-  Status status = Engine::Create(config, &engine);
+  Status status = Engine::Create(config, CreateMpiWorld, &engine);
   if (!status.ok()) {
     std::fprintf(stderr, "Engine::Create failed: %s\n", status.message().c_str());
     return 1;
   }
-  const MpiContext& mpi = engine->mpi();
+  const Topology& topology = engine->topology();
+  const int rank = topology.rank, size = topology.size;
   int devices = 0;
   CheckCuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-  g_device = mpi.local_rank() % devices;
-  if (mpi.local_size() > devices) setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", /*overwrite=*/0);
+  g_device = topology.local_rank % devices;
+  if (topology.local_size > devices) setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", /*overwrite=*/0);
   CheckCuda(cudaSetDevice(g_device), "cudaSetDevice");
-  std::printf("[rank %d/%d] GPU %d of %d\n", mpi.rank(), mpi.size(), g_device, devices);
+  std::printf("[rank %d/%d] GPU %d of %d\n", rank, size, g_device, devices);
   std::fflush(stdout);
 
-  if (freeze) return FreezeTest(engine.get(), mpi.rank());
-  Tally tally(mpi.rank());
-  const int rank = mpi.rank(), size = mpi.size();
+  if (freeze) return FreezeTest(engine.get(), rank);
+  Tally tally(rank);
   TestAllreduce(engine.get(), &tally, rank, size);
   TestManyAtOnce(engine.get(), &tally, rank, size);
   TestAllgather(engine.get(), &tally, rank, size);
@@ -392,9 +393,9 @@ int main(int argc, char** argv) {
   TestProcessSets(engine.get(), &tally, rank, size);
   TestJoin(engine.get(), &tally, rank, size);
   TestErrors(engine.get(), &tally, rank, size);
-  // The summary uses MPI on the engine's communicator: stop the background thread first.
+  // The summary is collective over all ranks: stop the background thread first.
   engine->Shutdown();
-  nccl_test::PrintSummary(tally, mpi);
+  nccl_test::PrintSummary(tally, MPI_COMM_WORLD);
   const int failed = tally.failed();
   engine.reset();
   return failed == 0 ? 0 : 1;

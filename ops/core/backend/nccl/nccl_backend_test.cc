@@ -447,7 +447,7 @@ int Main() {
       }
     }
   }
-  PrintSummary(tally, *mpi);
+  PrintSummary(tally, mpi->comm());
   // Every rank exits with the same status, so mpiexec reports a failure wherever it happened.
   int failed = tally.failed(), any_failed = 0;
   MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, mpi->comm());

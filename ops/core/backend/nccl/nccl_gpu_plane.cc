@@ -1,6 +1,8 @@
-// The GpuPlane of builds with NCCL: NcclContext + NcclBackend + CudaMemoryOps + Executor.
+// The GpuPlane of builds with NCCL: NcclContext + NcclBackend + CudaMemoryOps + Executor, over
+// an MPI communicator (../mpi/mpi_gpu_plane.h).
 #include "../gpu_plane.h"
 #include "../mpi/mpi_context.h"
+#include "../mpi/mpi_gpu_plane.h"
 #include "cuda_memory_ops.h"
 #include "nccl_backend.h"
 #include "nccl_context.h"
@@ -30,8 +32,8 @@ class NcclGpuPlane : public GpuPlane {
 
 bool GpuPlaneBuilt() { return true; }
 
-Status CreateGpuPlane(const MpiContext& mpi, const AbortFlag* abort, Timeline* timeline,
-                      int device, double timeout_seconds, std::unique_ptr<GpuPlane>* out) {
+Status CreateMpiGpuPlane(const MpiContext& mpi, const AbortFlag* abort, Timeline* timeline,
+                         int device, double timeout_seconds, std::unique_ptr<GpuPlane>* out) {
   std::unique_ptr<NcclContext> nccl;
   KERASHVD_RETURN_IF_ERROR(NcclContext::Create(mpi, device, timeout_seconds, &nccl, abort));
   *out = std::make_unique<NcclGpuPlane>(std::move(nccl), mpi, abort, timeline);

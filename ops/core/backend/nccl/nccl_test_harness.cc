@@ -154,18 +154,21 @@ void Tally::Fail(const std::string& name, const std::string& why) {
   report_ += "[rank " + std::to_string(rank_) + "] FAIL " + name + ": " + why + "\n";
 }
 
-void PrintSummary(const Tally& tally, const MpiContext& mpi) {
+void PrintSummary(const Tally& tally, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
   const std::string& mine = tally.report();
   int length = static_cast<int>(mine.size());
-  std::vector<int> lengths(mpi.size()), offsets(mpi.size(), 0);
-  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, mpi.comm());
-  for (int r = 1; r < mpi.size(); ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
-  std::string all(mpi.rank() == 0 ? offsets.back() + lengths.back() : 0, '\0');
+  std::vector<int> lengths(size), offsets(size, 0);
+  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm);
+  for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
+  std::string all(rank == 0 ? offsets.back() + lengths.back() : 0, '\0');
   MPI_Gatherv(mine.data(), length, MPI_CHAR, &all[0], lengths.data(), offsets.data(), MPI_CHAR,
-              0, mpi.comm());
+              0, comm);
   int local[2] = {tally.passed(), tally.failed()}, total[2] = {0, 0};
-  MPI_Reduce(local, total, 2, MPI_INT, MPI_SUM, 0, mpi.comm());
-  if (mpi.rank() == 0) std::printf("%s%d passed, %d failed\n", all.c_str(), total[0], total[1]);
+  MPI_Reduce(local, total, 2, MPI_INT, MPI_SUM, 0, comm);
+  if (rank == 0) std::printf("%s%d passed, %d failed\n", all.c_str(), total[0], total[1]);
   std::fflush(stdout);
 }
 

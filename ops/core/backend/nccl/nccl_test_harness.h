@@ -3,13 +3,13 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <mpi.h>
 
 #include <string>
 #include <vector>
 
 #include "../../status.h"
 #include "../../types.h"
-#include "../mpi/mpi_context.h"
 
 namespace kerashvd {
 namespace nccl_test {
@@ -67,7 +67,8 @@ class Tally {
 };
 
 // Every rank's failure lines, printed by rank 0 in rank order, then the totals as the last line.
-void PrintSummary(const Tally& tally, const MpiContext& mpi);
+// Collective over `comm`.
+void PrintSummary(const Tally& tally, MPI_Comm comm);
 
 }  // namespace nccl_test
 }  // namespace kerashvd
