@@ -191,7 +191,7 @@ def eager_context_started():
     ctx = context.context()
     if not hasattr(ctx, "_context_handle"):
         raise _missing("tensorflow.python.eager.context.Context._context_handle",
-                       "kerashvd/tf_threads.py", "turn TensorFlow's thread spinning off")
+                       "kerashvd/runtime/tf_threads.py", "turn TensorFlow's thread spinning off")
     return ctx._context_handle is not None
 
 
@@ -210,11 +210,11 @@ def eager_context_config():
     ctx = context.context()
     if not hasattr(ctx, "_config"):
         raise _missing("tensorflow.python.eager.context.Context._config",
-                       "kerashvd/tf_threads.py", "turn TensorFlow's thread spinning off")
+                       "kerashvd/runtime/tf_threads.py", "turn TensorFlow's thread spinning off")
     config = config_pb2.ConfigProto()
     if not hasattr(config.experimental, "disable_thread_spinning"):
         raise _missing("ConfigProto.experimental.disable_thread_spinning",
-                       "kerashvd/tf_threads.py", "turn TensorFlow's thread spinning off")
+                       "kerashvd/runtime/tf_threads.py", "turn TensorFlow's thread spinning off")
     if ctx._config is not None:
         config.CopyFrom(ctx._config)
     return config

@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from . import _private_api
 from .optimizer.chain import uses_distributed_optimizer
-from .world import is_initialized, rank
+from .runtime.world import is_initialized, rank
 
 
 def check_not_xla(what):

@@ -15,15 +15,15 @@ import numpy as np
 import tensorflow as tf
 
 from . import _names, _sparse
-from ._engine import core as _core
+from .runtime._engine import core as _core
 from ._local_errors import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER,
                             InvalidArgumentError, shared_with_peers)
 from ._xla import check_not_xla
 from ._ops import OPS
 from .compression import Compression
-from .process_sets import global_process_set, resolve, set_size
+from .runtime.process_sets import global_process_set, resolve, set_size
 from .reduce_ops import SCATTER_OPS, Average, resolve_op
-from ._engine import require_init as _require_init
+from .runtime._engine import require_init as _require_init
 
 # The engine's dtypes (kerashvd._core.DTYPES, ops/core/types.cc), and those it reduces.
 _ALL_DTYPES = {tf.as_dtype(row["name"]) for row in _core.DTYPES}

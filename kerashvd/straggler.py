@@ -38,8 +38,8 @@ import warnings
 
 import numpy as np
 
-from ._engine import core as _core
-from ._engine import require_init as _require_init
+from .runtime._engine import core as _core
+from .runtime._engine import require_init as _require_init
 
 __all__ = ["Lateness", "NodeStragglerStats", "RankStragglerStats", "StragglerReport",
            "straggler_report"]

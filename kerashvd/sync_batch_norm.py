@@ -27,7 +27,7 @@ import tensorflow as tf
 from . import _private_api, collectives
 from .gradients import scale_gradient
 from .keras_compat import USES_TF_KERAS, keras
-from .world import size
+from .runtime.world import size
 
 __all__ = ["SyncBatchNormalization"]
 

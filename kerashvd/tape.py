@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from .compression import Compression
 from .optimizer.reduction import GradientReducer, check_not_xla
-from .process_sets import global_process_set
+from .runtime.process_sets import global_process_set
 from .reduce_ops import Average
 
 

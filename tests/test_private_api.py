@@ -90,7 +90,7 @@ def test_eager_context_config():
     _call(_private_api.eager_context_started)
     config = _call(_private_api.eager_context_config)
     _hook(hasattr(config.experimental, "disable_thread_spinning"),
-          "ConfigProto.experimental.disable_thread_spinning", "kerashvd/tf_threads.py",
+          "ConfigProto.experimental.disable_thread_spinning", "kerashvd/runtime/tf_threads.py",
           "turn TensorFlow's thread spinning off")
 
 

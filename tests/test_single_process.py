@@ -245,7 +245,7 @@ def test_wrong_tensorflow_version_is_an_import_error_naming_both_versions():
     run_python("""
         import tensorflow as tf
         import kerashvd._build_info as build_info
-        import kerashvd._loader as loader
+        import kerashvd.runtime._loader as loader
 
         build_info.TF_VERSION = "2.0.0"
         for attempt in [loader.load_tf_ops, lambda: loader.check_tf_version()]:

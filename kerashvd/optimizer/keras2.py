@@ -33,7 +33,7 @@ import tf_keras
 from tf_keras.mixed_precision import LossScaleOptimizer
 
 from ..compression import Compression
-from ..process_sets import global_process_set
+from ..runtime.process_sets import global_process_set
 from ..reduce_ops import Average
 from .. import _private_api
 from .apply_hooks import ApplyHooks

@@ -27,7 +27,7 @@ import tensorflow as tf
 from keras.optimizers import LossScaleOptimizer
 
 from ..compression import Compression
-from ..process_sets import global_process_set
+from ..runtime.process_sets import global_process_set
 from ..reduce_ops import Average
 from .. import _private_api
 from .apply_hooks import ApplyHooks

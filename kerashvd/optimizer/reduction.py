@@ -38,7 +38,7 @@ import tensorflow as tf
 
 from .. import collectives as _collectives
 from ..compression import Compression, Compressor
-from ..process_sets import global_process_set, resolve, set_size
+from ..runtime.process_sets import global_process_set, resolve, set_size
 from ..reduce_ops import Average, Sum, check_not_adasum, op_name
 from .._xla import check_not_xla  # noqa: F401  (re-exported)
 from .chain import ReducerSettings  # noqa: F401  (re-exported)

@@ -1,7 +1,7 @@
 """Where this process sits in the job: rank, size and the other topology queries.
 
-Apart from :mod:`kerashvd.runtime` (which starts and stops the engine) so that the modules
-below it (process sets) can ask without importing what starts the engine.
+Apart from :mod:`kerashvd.runtime.lifecycle` (which starts and stops the engine) so that
+the modules below it (process sets) can ask without importing what starts the engine.
 """
 
 from ._engine import core as _core, require_init

@@ -11,7 +11,7 @@ import ctypes
 import importlib.metadata
 import os
 
-from . import _build_info
+from .. import _build_info
 from ._mpich import mpich_file
 
 _REBUILD_HINT = (

@@ -10,7 +10,7 @@ return a scalar tensor at once. Before ``kerashvd.init()`` an eager call raises
 
 import tensorflow as tf
 
-from ._ops import OPS
+from ._op_library import OPS
 from ._engine import require_init as _require_init
 
 __all__ = ["rank_op", "size_op", "local_rank_op", "local_size_op", "cross_rank_op",

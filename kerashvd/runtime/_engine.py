@@ -18,7 +18,7 @@ from . import _loader
 _loader.preload_mpi()
 _loader.check_tf_version()
 
-from . import _core as core  # noqa: E402  (after the MPI library is loaded)
+from .. import _core as core  # noqa: E402  (after the MPI library is loaded)
 
 atexit.register(core.shutdown)
 

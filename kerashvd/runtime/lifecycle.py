@@ -2,11 +2,12 @@
 
 import sys
 
-from . import _build_info, _keras_classes, _private_api, gpu_pinning, launch_env, tf_threads
+from .. import _build_info, _keras_classes, _private_api
+from . import gpu_pinning, launch_env, tf_threads
 from . import process_sets as _process_sets
 from ._engine import NotInitializedError, core as _core, require_init as _require_init
 from .config import build_config
-from .launcher import tf_defaults
+from ..launcher import tf_defaults
 from .world import (cross_rank, cross_size, is_homogeneous, is_initialized, local_rank,
                     local_size, mpi_threads_supported, rank, size)
 
@@ -23,7 +24,7 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
     under plain ``python`` (size 1). Calling it again while running is a no-op. With several
     ranks on this host it also makes each rank see only its own GPU (``pin_gpu``) and stops
     TensorFlow's idle threads from spinning (``KERASHVD_TF_THREAD_SPINNING``, see
-    ``kerashvd.tf_threads``); both take effect only if TensorFlow has run no op yet. When
+    ``kerashvd.runtime.tf_threads``); both take effect only if TensorFlow has run no op yet. When
     TensorFlow is not imported yet, it sets TensorFlow's environment defaults that kerashvd
     prefers where unset (``kerashvd.launcher.tf_defaults``; ranks that ``kerashvdrun`` starts
     get them in any case); the pooling allocator's also after ``import tensorflow``, until
@@ -41,10 +42,10 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
             added later with ``kerashvd.add_process_set``.
         pin_gpu: with several ranks on this host and several visible GPUs, keep only GPU
             ``local_rank()`` (modulo their number) visible to this rank's TensorFlow, as
-            Horovod's scripts do by hand (see ``kerashvd.gpu_pinning``). Default: True, or
+            Horovod's scripts do by hand (see ``kerashvd.runtime.gpu_pinning``). Default: True, or
             ``KERASHVD_PIN_GPU`` (0 or 1) when set.
         **settings: engine settings overriding their ``KERASHVD_*`` variables, one keyword
-            per row of the engine's table (``kerashvd.config.SETTINGS``: its variable, unit,
+            per row of the engine's table (``kerashvd.runtime.config.SETTINGS``: its variable, unit,
             default and help), e.g. ``cycle_time_ms=5``, ``fusion_threshold_bytes=0``,
             ``hierarchical_allreduce=True`` (``"auto"``, ``"on"`` or True, ``"off"`` or
             False; see README "Many nodes"). ``kerashvdrun --help`` lists them as flags.
@@ -53,7 +54,7 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
         ValueError: for an unknown setting or ``KERASHVD_*`` variable, or a bad value.
         RuntimeError: when MPI cannot start, when the launcher started several processes
             but each is alone in its MPI world (e.g. ``srun`` without ``--mpi=pmi2``; see
-            ``kerashvd.launch_env``), or in a child process forked after ``init()`` (see
+            ``kerashvd.runtime.launch_env``), or in a child process forked after ``init()`` (see
             :func:`is_initialized`).
 
     Example:

@@ -19,7 +19,7 @@ default for a single rank per host); ``0`` turns it off whatever the rank count.
 import os
 import sys
 
-from . import _private_api
+from .. import _private_api
 
 VARIABLE = "KERASHVD_TF_THREAD_SPINNING"
 

@@ -1,4 +1,4 @@
-"""kerashvd's TensorFlow op library, loaded once (see :func:`kerashvd._loader.load_tf_ops`).
+"""kerashvd's TensorFlow op library, loaded once (see :func:`kerashvd.runtime._loader.load_tf_ops`).
 
 Imported by the modules that build ops. Use :mod:`kerashvd._ops` instead where the ops'
 gradients must be registered too (it is this library plus ``gradients``).
