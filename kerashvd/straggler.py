@@ -186,7 +186,7 @@ def straggler_report(threshold=0.2, min_fraction=0.25, reset=True):
     """
     _require_init()
     check_rules(threshold, min_fraction)
-    from .functions import allgather_object  # lazy: imports TensorFlow
+    from .collectives.functions import allgather_object  # lazy: imports TensorFlow
 
     mine = dict(_core.straggler_records(bool(reset)), host=socket.gethostname())
     everyone = allgather_object(mine, name=None)

@@ -67,7 +67,7 @@ def test_collectives_before_init_raise_not_initialized():
                 raise AssertionError(f"{what} before init() did not raise NotInitializedError")
 
         # The raw op (bypassing the Python checks) fails cleanly too.
-        from kerashvd._ops import OPS
+        from kerashvd.collectives._ops import OPS
         try:
             OPS.kerashvd_allreduce(tf.ones([2]), reduce_op=1, tensor_name="raw")
         except tf.errors.FailedPreconditionError as err:

@@ -32,9 +32,9 @@ import tf_keras
 # builds the subclass that matches the inner optimizer.
 from tf_keras.mixed_precision import LossScaleOptimizer
 
-from ..compression import Compression
+from ..collectives.compression import Compression
 from ..runtime.process_sets import global_process_set
-from ..reduce_ops import Average
+from ..collectives.reduce_ops import Average
 from .. import _private_api
 from .apply_hooks import ApplyHooks
 from .aggregation import LocalAggregator

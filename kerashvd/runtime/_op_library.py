@@ -1,6 +1,6 @@
 """kerashvd's TensorFlow op library, loaded once (see :func:`kerashvd.runtime._loader.load_tf_ops`).
 
-Imported by the modules that build ops. Use :mod:`kerashvd._ops` instead where the ops'
+Imported by the modules that build ops. Use :mod:`kerashvd.collectives._ops` instead where the ops'
 gradients must be registered too (it is this library plus ``gradients``).
 """
 

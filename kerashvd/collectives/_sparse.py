@@ -10,7 +10,7 @@ sum, so they commute with it).
 import tensorflow as tf
 
 from ._ops import OPS
-from .runtime.process_sets import set_size
+from ..runtime.process_sets import set_size
 from .reduce_ops import Average, Sum, op_name
 
 

@@ -36,9 +36,9 @@ import weakref
 import tensorflow as tf
 
 from . import _names
-from .runtime._op_library import OPS
-from .runtime.process_sets import set_rank, set_size
-from .runtime.world import rank
+from ..runtime._op_library import OPS
+from ..runtime.process_sets import set_rank, set_size
+from ..runtime.world import rank
 from .reduce_ops import Average, Sum
 
 

@@ -15,15 +15,15 @@ import numpy as np
 import tensorflow as tf
 
 from . import _names, _sparse
-from .runtime._engine import core as _core
+from ..runtime._engine import core as _core
 from ._local_errors import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER,
                             InvalidArgumentError, shared_with_peers)
-from ._xla import check_not_xla
+from .._xla import check_not_xla
 from ._ops import OPS
 from .compression import Compression
-from .runtime.process_sets import global_process_set, resolve, set_size
+from ..runtime.process_sets import global_process_set, resolve, set_size
 from .reduce_ops import SCATTER_OPS, Average, resolve_op
-from .runtime._engine import require_init as _require_init
+from ..runtime._engine import require_init as _require_init
 
 # The engine's dtypes (kerashvd._core.DTYPES, ops/core/types.cc), and those it reduces.
 _ALL_DTYPES = {tf.as_dtype(row["name"]) for row in _core.DTYPES}
@@ -149,11 +149,11 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
         device_dense, device_sparse: accepted for Horovod compatibility; unused.
         compression: a ``kerashvd.Compression`` applied around the collective.
         op: ``kerashvd.Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``. Min and
-            Max propagate NaN (see ``kerashvd.reduce_ops``).
+            Max propagate NaN (see ``kerashvd.collectives.reduce_ops``).
         prescale_factor: multiplies the input before the reduction.
         postscale_factor: multiplies the result after the reduction.
         name: the key ranks match this collective by; default: a call counter (per thread,
-            see ``kerashvd._names``).
+            see ``kerashvd.collectives._names``).
         process_set: the ranks that take part (a registered ``kerashvd.ProcessSet``);
             default all. Average then divides by the set's size.
 

@@ -8,10 +8,10 @@ import tensorflow as tf
 
 from . import _names
 from ._local_errors import ALLGATHER, BROADCAST, shared_with_peers
-from .collectives import allgather, broadcast, grouped_broadcast
-from .runtime.process_sets import global_process_set, resolve, set_size
-from .runtime._engine import require_init as _require_init
-from .runtime.world import rank
+from .tensors import allgather, broadcast, grouped_broadcast
+from ..runtime.process_sets import global_process_set, resolve, set_size
+from ..runtime._engine import require_init as _require_init
+from ..runtime.world import rank
 
 
 def broadcast_variables(variables, root_rank, name=None, process_set=global_process_set):

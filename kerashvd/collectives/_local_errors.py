@@ -23,8 +23,8 @@ import contextlib
 
 import tensorflow as tf
 
-from .runtime._engine import core as _core
-from .runtime._op_library import OPS
+from ..runtime._engine import core as _core
+from ..runtime._op_library import OPS
 
 class InvalidArgumentError(tf.errors.InvalidArgumentError, ValueError):
     """A collective's argument is wrong: ``tf.errors.InvalidArgumentError`` as in Horovod, and

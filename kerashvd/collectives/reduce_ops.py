@@ -13,7 +13,7 @@ and run; kerashvd does not implement it, and every collective refuses it with
 NotImplementedError (Horovod's type for an operation it lacks).
 """
 
-from .runtime._engine import core as _core
+from ..runtime._engine import core as _core
 
 _VALUES = {row["name"]: row["value"] for row in _core.REDUCE_OPS}
 Average = _VALUES["Average"]
