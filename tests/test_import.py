@@ -66,6 +66,17 @@ def test_public_names_still_resolve_on_first_use():
     assert _run(code).split()[-3:] == ["True", "NotInitializedError", "True"]
 
 
+def test_documented_module_paths_are_the_moved_modules():
+    """The README names kerashvd.config and kerashvd.keras_compat; they are the very modules of
+    runtime/ and training/ (monkeypatching either patches both)."""
+    code = ("import kerashvd.config, kerashvd.runtime.config, kerashvd.keras_compat\n"
+            "import kerashvd.training.keras_compat\n"
+            "print(kerashvd.config is kerashvd.runtime.config,"
+            " kerashvd.keras_compat is kerashvd.training.keras_compat,"
+            " kerashvd.keras_compat.keras.__name__)\n")
+    assert _run(code).split()[-3:] == ["True", "True", "keras"]
+
+
 def _editable_install():
     import importlib.metadata
 

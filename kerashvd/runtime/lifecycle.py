@@ -2,7 +2,8 @@
 
 import sys
 
-from .. import _build_info, _keras_classes, _private_api
+from .. import _build_info, _private_api
+from ..training import _keras_classes
 from . import gpu_pinning, launch_env, tf_threads
 from . import process_sets as _process_sets
 from ._engine import NotInitializedError, core as _core, require_init as _require_init
@@ -31,7 +32,7 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
     TensorFlow runs its first op. When the Keras that ``tf.keras`` uses is imported already, it
     registers kerashvd's Keras classes for ``keras.saving.load_model`` (otherwise
     ``kerashvd.load_model`` or any use of ``DistributedOptimizer`` does; see
-    ``kerashvd/_keras_classes.py``).
+    ``kerashvd/training/_keras_classes.py``).
 
     Args:
         comm: Horovod's argument: None or ``mpi4py.MPI.COMM_WORLD`` (kerashvd always runs on

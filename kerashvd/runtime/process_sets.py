@@ -283,7 +283,8 @@ def resolve(process_set, what):
         raise TypeError(f"{what}: process_set must be a kerashvd.ProcessSet; received "
                         f"{process_set!r}")
     if not process_set.included():
-        from ..collectives._local_errors import InvalidArgumentError  # imports TensorFlow: callers have it
+        # Imports TensorFlow (callers have it): the collectives' error type, raised for them.
+        from ..collectives._local_errors import InvalidArgumentError
         raise InvalidArgumentError(f"{what}: rank {rank()} is not in {process_set!r}; only its members "
                          "may call its collectives (check process_set.included()).")
     return process_set.process_set_id

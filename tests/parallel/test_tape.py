@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerashvd.keras_compat import keras
+from kerashvd.training.keras_compat import keras
 from test_optimizer import (BATCH, STEPS, apply, assert_close, assert_identical_on_all_ranks,
                             make_data, make_model, reference_train)
 

@@ -26,10 +26,10 @@ import keras
 import tensorflow as tf
 from keras.optimizers import LossScaleOptimizer
 
-from ..collectives.compression import Compression
-from ..runtime.process_sets import global_process_set
-from ..collectives.reduce_ops import Average
-from .. import _private_api
+from ...collectives.compression import Compression
+from ...runtime.process_sets import global_process_set
+from ...collectives.reduce_ops import Average
+from ... import _private_api
 from .apply_hooks import ApplyHooks
 from .aggregation import LocalAggregator
 from . import select
@@ -54,7 +54,7 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
     """An optimizer that averages gradients over all ranks before applying them.
 
     Wraps a Keras 3 optimizer (or, given a ``tf_keras`` optimizer, returns the Keras 2 adapter
-    with the same arguments: see ``kerashvd/optimizer/select.py``). Every rank
+    with the same arguments: see ``kerashvd/training/optimizer/select.py``). Every rank
     must call it with the same variables in the same order, once per batch.
 
     Args:

@@ -14,8 +14,8 @@ Pass the same layers as ``local_variables`` to ``BroadcastGlobalVariablesCallbac
 
 import sys
 
-from .collectives.compression import Compression
-from .collectives.reduce_ops import Average
+from ..collectives.compression import Compression
+from ..collectives.reduce_ops import Average
 
 
 def _layer_classes():

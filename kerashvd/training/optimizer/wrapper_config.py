@@ -5,7 +5,7 @@ each Keras serializes its own way (``keras3.py``, ``keras2.py``). Variable lists
 of variables, variables registered as local) are not serialized: register them again.
 """
 
-from ..collectives.compression import Compression
+from ...collectives.compression import Compression
 
 _COMPRESSION_NAMES = {getattr(Compression, name): name for name in ("none", "fp16", "bf16")}
 

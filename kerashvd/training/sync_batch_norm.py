@@ -24,11 +24,11 @@ import weakref
 
 import tensorflow as tf
 
-from . import _private_api
-from .collectives import tensors as collectives
-from .collectives.gradients import scale_gradient
+from .. import _private_api
+from ..collectives import tensors as collectives
+from ..collectives.gradients import scale_gradient
 from .keras_compat import USES_TF_KERAS, keras
-from .runtime.world import size
+from ..runtime.world import size
 
 __all__ = ["SyncBatchNormalization"]
 

@@ -25,7 +25,7 @@ def register():
 
     Example:
 
-    >>> from kerashvd import _keras_classes
+    >>> from kerashvd.training import _keras_classes
     >>> _keras_classes.register()  # then keras.saving.load_model(...) knows them
     """
     # Imported here: they import TensorFlow and Keras, which `import kerashvd` must not.

@@ -2,10 +2,10 @@
 
 import tensorflow as tf
 
-from .collectives.compression import Compression
+from ..collectives.compression import Compression
 from .optimizer.reduction import GradientReducer, check_not_xla
-from .runtime.process_sets import global_process_set
-from .collectives.reduce_ops import Average
+from ..runtime.process_sets import global_process_set
+from ..collectives.reduce_ops import Average
 
 
 class DistributedGradientTape:

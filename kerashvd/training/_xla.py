@@ -25,9 +25,9 @@ import weakref
 
 import tensorflow as tf
 
-from . import _private_api
+from .. import _private_api
 from .optimizer.chain import uses_distributed_optimizer
-from .runtime.world import is_initialized, rank
+from ..runtime.world import is_initialized, rank
 
 
 def check_not_xla(what):

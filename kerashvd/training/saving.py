@@ -30,8 +30,8 @@ def load_model(filepath, custom_objects=None, compile=True, **distributed_optimi
     before it, or after any use of ``hvd.DistributedOptimizer`` or
     ``hvd.SyncBatchNormalization`` (``import kerashvd`` alone registers nothing).
 
-    The file is read by the Keras ``tf.keras`` uses (``kerashvd.keras_compat``): a ``.keras``
-    file; with Keras 2 (tf_keras, ``TF_USE_LEGACY_KERAS=1``) also a legacy ``.h5`` file.
+    The file is read by the Keras ``tf.keras`` uses (``kerashvd.training.keras_compat``): a
+    ``.keras`` file; with Keras 2 (tf_keras, ``TF_USE_LEGACY_KERAS=1``) also a legacy ``.h5`` file.
     (tf_keras also reads a SavedModel directory, but without the optimizer's state.)
 
     Every rank can load the same file; to start all ranks from rank 0's state after loading

@@ -8,11 +8,11 @@
 - ``aggregation``: local accumulation for ``backward_passes_per_step``.
 
 ``kerashvd.DistributedOptimizer`` is the class of the Keras that ``tf.keras`` uses (see
-``kerashvd.keras_compat``), so ``isinstance(model.optimizer, hvd.DistributedOptimizer)`` holds
-for either. Given an optimizer of the other Keras, it returns the other class (``select``),
-so wrapping a ``tf_keras`` optimizer under Keras 3 (or the reverse) works too; only the other
-Keras is imported then. The classes are looked up on first use, so importing this package's
-light modules (``chain``, ``select``) imports no Keras.
+``kerashvd.training.keras_compat``), so ``isinstance(model.optimizer,
+hvd.DistributedOptimizer)`` holds for either. Given an optimizer of the other Keras, it returns
+the other class (``select``), so wrapping a ``tf_keras`` optimizer under Keras 3 (or the
+reverse) works too; only the other Keras is imported then. The classes are looked up on first
+use, so importing this package's light modules (``chain``, ``select``) imports no Keras.
 """
 
 from . import select

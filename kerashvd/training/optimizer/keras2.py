@@ -32,10 +32,10 @@ import tf_keras
 # builds the subclass that matches the inner optimizer.
 from tf_keras.mixed_precision import LossScaleOptimizer
 
-from ..collectives.compression import Compression
-from ..runtime.process_sets import global_process_set
-from ..collectives.reduce_ops import Average
-from .. import _private_api
+from ...collectives.compression import Compression
+from ...runtime.process_sets import global_process_set
+from ...collectives.reduce_ops import Average
+from ... import _private_api
 from .apply_hooks import ApplyHooks
 from .aggregation import LocalAggregator
 from . import select
@@ -56,10 +56,11 @@ class _CallableList(list):
 class DistributedOptimizer(ReducerSettings, ApplyHooks, tf_keras.optimizers.Optimizer):
     """Averages gradients over all ranks, then applies them with the wrapped tf_keras optimizer.
 
-    Args: as the Keras 3 ``kerashvd.optimizer.keras3.DistributedOptimizer``; ``optimizer`` is a
-    ``tf_keras.optimizers.Optimizer`` (or a ``tf_keras.mixed_precision.LossScaleOptimizer``
-    of one). Given a Keras 3 optimizer, returns the Keras 3 class instead
-    (``kerashvd/optimizer/select.py``). Saving and loading: as the Keras 3 class.
+    Args: as the Keras 3 ``kerashvd.training.optimizer.keras3.DistributedOptimizer``;
+    ``optimizer`` is a ``tf_keras.optimizers.Optimizer`` (or a
+    ``tf_keras.mixed_precision.LossScaleOptimizer`` of one). Given a Keras 3 optimizer, returns
+    the Keras 3 class instead (``kerashvd/training/optimizer/select.py``). Saving and loading:
+    as the Keras 3 class.
 
     Raises:
         TypeError: when ``optimizer`` is not a (non-legacy) tf_keras optimizer.

@@ -15,7 +15,8 @@ import sys
 from .._keras_choice import keras_module_name
 
 # Keras package -> module of its DistributedOptimizer.
-_IMPLEMENTATIONS = {"keras": "kerashvd.optimizer.keras3", "tf_keras": "kerashvd.optimizer.keras2"}
+_IMPLEMENTATIONS = {"keras": "kerashvd.training.optimizer.keras3",
+                    "tf_keras": "kerashvd.training.optimizer.keras2"}
 
 
 def keras_of(optimizer):

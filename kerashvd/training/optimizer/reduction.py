@@ -36,10 +36,10 @@ every element in rank order whatever its group, so all groupings give bit-identi
 
 import tensorflow as tf
 
-from ..collectives import tensors as _collectives
-from ..collectives.compression import Compression, Compressor
-from ..runtime.process_sets import global_process_set, resolve, set_size
-from ..collectives.reduce_ops import Average, Sum, check_not_adasum, op_name
+from ...collectives import tensors as _collectives
+from ...collectives.compression import Compression, Compressor
+from ...runtime.process_sets import global_process_set, resolve, set_size
+from ...collectives.reduce_ops import Average, Sum, check_not_adasum, op_name
 from .._xla import check_not_xla  # noqa: F401  (re-exported)
 from .chain import ReducerSettings  # noqa: F401  (re-exported)
 
