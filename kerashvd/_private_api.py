@@ -82,7 +82,8 @@ def inside_xla_function():
 
     get_context = getattr(getattr(tf, "__internal__", None), "get_enclosing_xla_context", None)
     if not callable(get_context):
-        raise _missing("tf.__internal__.get_enclosing_xla_context", "kerashvd/training/_xla.py",
+        raise _missing("tf.__internal__.get_enclosing_xla_context",
+                       "kerashvd/collectives/_xla_guard.py",
                        "refuse collectives traced inside XLA with an error that names the fix")
     return get_context() is not None
 

@@ -55,7 +55,8 @@ def test_inside_xla_function():
 
     compiled(tf.constant(1.0))
     _hook(seen == [True], "tf.__internal__.get_enclosing_xla_context",
-          "kerashvd/training/_xla.py check_not_xla", "refuse collectives traced inside XLA")
+          "kerashvd/collectives/_xla_guard.py check_not_xla",
+          "refuse collectives traced inside XLA")
 
 
 def test_batch_norm_statistics_method_and_reduction_axes():

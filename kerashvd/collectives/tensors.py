@@ -18,7 +18,7 @@ from . import _names, _sparse
 from ..runtime._engine import core as _core
 from ._local_errors import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER,
                             InvalidArgumentError, shared_with_peers)
-from ..training._xla import check_not_xla
+from ._xla_guard import check_not_xla
 from ._ops import OPS
 from .compression import Compression
 from ..runtime.process_sets import global_process_set, resolve, set_size

@@ -14,8 +14,8 @@ optimizer is a ``DistributedOptimizer`` must train without it:
 - An explicit ``jit_compile=True`` is turned off where kerashvd gets hold of the model before
   ``fit`` builds its step: in every kerashvd callback's ``set_model``, in ``hvd.load_model``,
   and for models holding a ``SyncBatchNormalization`` (its ``supports_jit`` is False, Keras'
-  own knob). Otherwise the first traced step raises :func:`check_not_xla`'s error, which
-  names the fix.
+  own knob). Otherwise the first traced step raises the collectives' error
+  (:func:`kerashvd.collectives._xla_guard.check_not_xla`), which names the fix.
 """
 
 import os
@@ -28,21 +28,6 @@ import tensorflow as tf
 from .. import _private_api
 from .optimizer.chain import uses_distributed_optimizer
 from ..runtime.world import is_initialized, rank
-
-
-def check_not_xla(what):
-    """Raises a clear error when called while tracing an XLA-compiled function.
-
-    kerashvd's collectives are TensorFlow custom ops without an XLA kernel; XLA would reject
-    them later with a message that names neither the cause nor the fix.
-    """
-    if _private_api.inside_xla_function():
-        raise ValueError(
-            f"{what} cannot run inside an XLA-compiled function: kerashvd's collectives have "
-            "no XLA kernel. Pass jit_compile=False (or leave the default 'auto') to "
-            "Model.compile() (a kerashvd callback in fit, e.g. "
-            "hvd.callbacks.BroadcastGlobalVariablesCallback(0), also turns it off for you), "
-            "or drop jit_compile=True from the tf.function that runs the training step.")
 
 
 _NOTICED = weakref.WeakSet()  # models whose notice was printed (Keras may resolve twice)

@@ -40,7 +40,7 @@ from ...collectives import tensors as _collectives
 from ...collectives.compression import Compression, Compressor
 from ...runtime.process_sets import global_process_set, resolve, set_size
 from ...collectives.reduce_ops import Average, Sum, check_not_adasum, op_name
-from .._xla import check_not_xla  # noqa: F401  (re-exported)
+from ...collectives._xla_guard import check_not_xla  # noqa: F401  (re-exported)
 from .chain import ReducerSettings  # noqa: F401  (re-exported)
 
 
