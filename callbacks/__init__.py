@@ -19,7 +19,7 @@ Progress output: pass ``verbose=hvd.callbacks.verbose(1)`` to ``fit``/``evaluate
 rank 0 prints; the callbacks here that print do so on rank 0 only.
 
 Keras 3 or Keras 2: the callbacks are callbacks of the Keras that ``tf.keras`` uses (tf_keras
-when ``TF_USE_LEGACY_KERAS=1``; see ``kerashvd.keras_compat``), and refuse a model of the
+when ``TF_USE_LEGACY_KERAS=1``; see ``kerashvd.training.keras_compat``), and refuse a model of the
 other one with an error naming that variable.
 """
 

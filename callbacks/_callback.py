@@ -1,7 +1,7 @@
 """The base class of kerashvd's callbacks: a callback of the Keras that tf.keras uses."""
 
-from kerashvd._xla import turn_off_jit_compile
-from kerashvd.keras_compat import KERAS_NAME, keras
+from kerashvd.training._xla import turn_off_jit_compile
+from kerashvd.training.keras_compat import KERAS_NAME, keras
 
 __all__ = ["Callback"]
 
@@ -11,8 +11,8 @@ class Callback(keras.callbacks.Callback):
 
     Keras 3 and tf_keras are separate class hierarchies, and each one's ``fit`` fails on the
     other's callbacks with an ``AttributeError`` about a private method. kerashvd's callbacks
-    follow ``tf.keras`` (``kerashvd.keras_compat``), so a model of the other Keras means that
-    ``TF_USE_LEGACY_KERAS`` does not match the model; ``set_model`` says so.
+    follow ``tf.keras`` (``kerashvd.training.keras_compat``), so a model of the other Keras
+    means that ``TF_USE_LEGACY_KERAS`` does not match the model; ``set_model`` says so.
 
     Raises:
         TypeError: from ``set_model``, for a model of the other Keras.

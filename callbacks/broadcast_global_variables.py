@@ -10,7 +10,7 @@ optimizer is a kerashvd ``DistributedOptimizer``. Then every rank takes the same
 2. no model built (a ``Sequential`` without ``keras.Input``, a subclassed model) and every
    optimizer a ``DistributedOptimizer``: broadcast inside the first training step, when
    ``apply`` is traced with the new weights initialized and before the step executes
-   (``DistributedOptimizer.call_before_apply``; see ``kerashvd/optimizer/apply_hooks.py``):
+   (``DistributedOptimizer.call_before_apply``; see ``kerashvd/training/optimizer/apply_hooks.py``):
    the first update is the one of a model built with ``keras.Input`` (with
    ``run_eagerly=True`` the forward pass has run by then: the first update averages the
    gradients of each rank's own initial weights, and the ranks agree from then on);
@@ -22,9 +22,9 @@ optimizer is a kerashvd ``DistributedOptimizer``. Then every rank takes the same
 import tensorflow as tf
 
 import kerashvd as hvd
-from kerashvd.keras_compat import (KERAS_NAME, build_optimizer, keras, model_built,
+from kerashvd.training.keras_compat import (KERAS_NAME, build_optimizer, keras, model_built,
                                    optimizer_variables)
-from kerashvd.optimizer.apply_hooks import variables_initialized
+from kerashvd.training.optimizer.apply_hooks import variables_initialized
 
 from ._callback import Callback
 

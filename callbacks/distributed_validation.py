@@ -37,7 +37,7 @@ import tensorflow as tf
 
 import kerashvd as hvd
 from kerashvd import _private_api
-from kerashvd.keras_compat import variable_aggregation
+from kerashvd.training.keras_compat import variable_aggregation
 
 from ._callback import Callback
 

@@ -6,8 +6,8 @@ import warnings
 
 import numpy as np
 
-from kerashvd.keras_compat import optimizer_built
-from kerashvd.optimizer.chain import optimizer_chain
+from kerashvd.training.keras_compat import optimizer_built
+from kerashvd.training.optimizer.chain import optimizer_chain
 
 from ._callback import Callback
 from .resume import batch_offset

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 
 import kerashvd as hvd
-from kerashvd.keras_compat import KERAS_NAME, USES_TF_KERAS
+from kerashvd.training.keras_compat import KERAS_NAME, USES_TF_KERAS
 
 from ._callback import Callback
 from .checkpoint_io import atomic_save, read_record, remove_stale_temporaries, write_record

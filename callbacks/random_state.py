@@ -28,7 +28,7 @@ import zipfile
 
 import numpy as np
 
-from kerashvd.keras_compat import USES_TF_KERAS, keras, optimizer_variables
+from kerashvd.training.keras_compat import USES_TF_KERAS, keras, optimizer_variables
 
 # Keras 2 layers that draw random numbers while training (SpatialDropout* are Dropouts).
 _TF_KERAS_RANDOM_LAYERS = ("Dropout", "GaussianNoise", "GaussianDropout", "AlphaDropout",

@@ -23,7 +23,7 @@ import numpy as np
 
 import kerashvd as hvd
 
-from kerashvd.keras_compat import build_optimizer
+from kerashvd.training.keras_compat import build_optimizer
 
 from .random_state import load_random_state, warn_unrestorable_random_layers
 

@@ -47,7 +47,8 @@ def wrap_resolve_auto_jit_compile(decide):
     resolve = getattr(Trainer, "_resolve_auto_jit_compile", None)
     if not callable(resolve):
         raise _missing("keras.src.trainers.trainer.Trainer._resolve_auto_jit_compile",
-                       "kerashvd/_xla.py", "make compile(jit_compile='auto') resolve to False")
+                       "kerashvd/training/_xla.py",
+                       "make compile(jit_compile='auto') resolve to False")
     if getattr(resolve, "kerashvd_wrapped", False):
         return
 
@@ -81,7 +82,8 @@ def inside_xla_function():
 
     get_context = getattr(getattr(tf, "__internal__", None), "get_enclosing_xla_context", None)
     if not callable(get_context):
-        raise _missing("tf.__internal__.get_enclosing_xla_context", "kerashvd/_xla.py",
+        raise _missing("tf.__internal__.get_enclosing_xla_context",
+                       "kerashvd/collectives/_xla_guard.py",
                        "refuse collectives traced inside XLA with an error that names the fix")
     return get_context() is not None
 
@@ -105,7 +107,7 @@ def batch_norm_statistics_method(keras, uses_tf_keras):
     name = "_calculate_mean_and_var" if uses_tf_keras else "_moments"
     if not callable(getattr(keras.layers.BatchNormalization, name, None)):
         raise _missing(f"BatchNormalization.{name} ({keras.__name__} {keras.__version__})",
-                       "kerashvd/sync_batch_norm.py",
+                       "kerashvd/training/sync_batch_norm.py",
                        "compute the statistics over the global batch")
     return name
 
@@ -122,7 +124,7 @@ def batch_norm_reduction_axes(layer):
     """
     axes = getattr(layer, "_reduction_axes", None)
     if axes is None:
-        raise _missing("BatchNormalization._reduction_axes", "kerashvd/sync_batch_norm.py",
+        raise _missing("BatchNormalization._reduction_axes", "kerashvd/training/sync_batch_norm.py",
                        "know which axes to reduce")
     return axes
 
@@ -191,7 +193,7 @@ def eager_context_started():
     ctx = context.context()
     if not hasattr(ctx, "_context_handle"):
         raise _missing("tensorflow.python.eager.context.Context._context_handle",
-                       "kerashvd/tf_threads.py", "turn TensorFlow's thread spinning off")
+                       "kerashvd/runtime/tf_threads.py", "turn TensorFlow's thread spinning off")
     return ctx._context_handle is not None
 
 
@@ -210,11 +212,11 @@ def eager_context_config():
     ctx = context.context()
     if not hasattr(ctx, "_config"):
         raise _missing("tensorflow.python.eager.context.Context._config",
-                       "kerashvd/tf_threads.py", "turn TensorFlow's thread spinning off")
+                       "kerashvd/runtime/tf_threads.py", "turn TensorFlow's thread spinning off")
     config = config_pb2.ConfigProto()
     if not hasattr(config.experimental, "disable_thread_spinning"):
         raise _missing("ConfigProto.experimental.disable_thread_spinning",
-                       "kerashvd/tf_threads.py", "turn TensorFlow's thread spinning off")
+                       "kerashvd/runtime/tf_threads.py", "turn TensorFlow's thread spinning off")
     if ctx._config is not None:
         config.CopyFrom(ctx._config)
     return config
@@ -282,7 +284,7 @@ def untracked(trackable, value):
     """
     no_dependency = getattr(trackable, "_no_dependency", None)
     if not callable(no_dependency):
-        raise _missing("Trackable._no_dependency", "kerashvd/optimizer/keras2.py",
+        raise _missing("Trackable._no_dependency", "kerashvd/training/optimizer/keras2.py",
                        "keep the gradient reducer out of tf_keras checkpoints")
     return no_dependency(value)
 

@@ -20,7 +20,7 @@ would stop meeting the others at the gradient allreduce: pass ``drop_remainder=T
 import numpy as np
 import tensorflow as tf
 
-from .world import rank, size
+from .runtime.world import rank, size
 
 __all__ = ["shard_arrays", "shard_dataset"]
 

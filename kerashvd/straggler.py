@@ -38,8 +38,8 @@ import warnings
 
 import numpy as np
 
-from ._engine import core as _core
-from ._engine import require_init as _require_init
+from .runtime._engine import core as _core
+from .runtime._engine import require_init as _require_init
 
 __all__ = ["Lateness", "NodeStragglerStats", "RankStragglerStats", "StragglerReport",
            "straggler_report"]
@@ -186,7 +186,7 @@ def straggler_report(threshold=0.2, min_fraction=0.25, reset=True):
     """
     _require_init()
     check_rules(threshold, min_fraction)
-    from .functions import allgather_object  # lazy: imports TensorFlow
+    from .collectives.functions import allgather_object  # lazy: imports TensorFlow
 
     mine = dict(_core.straggler_records(bool(reset)), host=socket.gethostname())
     everyone = allgather_object(mine, name=None)

@@ -1,7 +1,7 @@
 """One rank per GPU: the pinning rule, its switch, and init() applying it on real ranks.
 
 There is no GPU (nor a TensorFlow that could use one) on the test machines, so the device list
-is the seam: ``kerashvd.gpu_pinning._devices`` lists and sets TensorFlow's visible GPUs, and
+is the seam: ``kerashvd.runtime.gpu_pinning._devices`` lists and sets TensorFlow's visible GPUs, and
 these tests replace it with a fake list. Communication is real (mpiexec ranks).
 """
 
@@ -14,8 +14,8 @@ import warnings
 import pytest
 
 from conftest import REPO, mpiexec_path
-from kerashvd import gpu_pinning
-from kerashvd.gpu_pinning import choose_gpu, host_gpu_count, setting
+from kerashvd.runtime import gpu_pinning
+from kerashvd.runtime.gpu_pinning import choose_gpu, host_gpu_count, setting
 
 GPUS = ["gpu0", "gpu1", "gpu2", "gpu3"]
 
@@ -95,7 +95,7 @@ def test_apply_pins_warns_when_too_late_and_can_be_off(monkeypatch):
 RANK_SCRIPT = """
 import json, sys
 import kerashvd as hvd
-from kerashvd import gpu_pinning
+from kerashvd.runtime import gpu_pinning
 
 class Fake:
     def __init__(self):

@@ -12,7 +12,7 @@ def config(monkeypatch):
     """build_config with the hierarchical variables cleared first; returns (allreduce,
     allgather) mode names."""
     from kerashvd import _core
-    from kerashvd import config as _config
+    from kerashvd.runtime import config as _config
 
     for name in VARIABLES:
         monkeypatch.delenv(name, raising=False)

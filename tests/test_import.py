@@ -21,8 +21,8 @@ import kerashvd
 print(json.dumps({
     "env_changed": sorted(k for k in set(env) | set(os.environ) if env.get(k) != os.environ.get(k)),
     "meta_path_added": [repr(f) for f in sys.meta_path if f not in meta_path],
-    "heavy": sorted({"tensorflow", "keras", "tf_keras", "kerashvd._core", "kerashvd.runtime",
-                     "kerashvd.callbacks"} & set(sys.modules)),
+    "heavy": sorted({"tensorflow", "keras", "tf_keras", "kerashvd._core",
+                     "kerashvd.runtime.lifecycle", "kerashvd.callbacks"} & set(sys.modules)),
     "kerashvd": sorted(m for m in sys.modules if m.startswith("kerashvd")),
 }))
 """
@@ -61,9 +61,20 @@ def test_init_sets_the_tensorflow_defaults_that_tensorflow_has_not_read():
 
 def test_public_names_still_resolve_on_first_use():
     code = ("import kerashvd as hvd\n"
-            "print(hvd.size is hvd.runtime.size, hvd.NotInitializedError.__name__,"
+            "print(hvd.size is hvd.runtime.world.size, hvd.NotInitializedError.__name__,"
             " callable(hvd.init))\n")
     assert _run(code).split()[-3:] == ["True", "NotInitializedError", "True"]
+
+
+def test_documented_module_paths_are_the_moved_modules():
+    """The README names kerashvd.config and kerashvd.keras_compat; they are the very modules of
+    runtime/ and training/ (monkeypatching either patches both)."""
+    code = ("import kerashvd.config, kerashvd.runtime.config, kerashvd.keras_compat\n"
+            "import kerashvd.training.keras_compat\n"
+            "print(kerashvd.config is kerashvd.runtime.config,"
+            " kerashvd.keras_compat is kerashvd.training.keras_compat,"
+            " kerashvd.keras_compat.keras.__name__)\n")
+    assert _run(code).split()[-3:] == ["True", "True", "keras"]
 
 
 def _editable_install():
@@ -88,3 +99,99 @@ def test_an_editable_install_imports_callbacks_from_the_checkout():
     assert os.path.realpath(path) == os.path.join(os.path.realpath(REPO), "callbacks")
     assert os.path.realpath(progress) == os.path.join(os.path.realpath(REPO), "callbacks",
                                                       "progress.py")
+
+
+# -- the package's layers (README, "How it works") ----------------------------------------
+LAYERS = ["runtime", "collectives", "training"]  # each may import the ones before it
+# The imports that go up a layer, each for a reason; anything else fails the test below.
+UPWARD = {
+    # init() registers the Keras classes when Keras is imported already (the module imports
+    # no Keras itself; keras.saving.load_model then knows them).
+    ("kerashvd.runtime.lifecycle", "kerashvd.training._keras_classes"),
+    # resolve() checks a collective's process set and raises the collectives' error type.
+    ("kerashvd.runtime.process_sets", "kerashvd.collectives._local_errors"),
+}
+
+
+def _package_modules():
+    """{module name: (path, is a package)} for every module of kerashvd/ in the checkout."""
+    modules = {}
+    root = os.path.join(REPO, "kerashvd")
+    for folder, _, files in os.walk(root):
+        package = "kerashvd" + folder[len(root):].replace(os.sep, ".")
+        for name in files:
+            if name.endswith(".py"):
+                init = name == "__init__.py"
+                modules[package if init else f"{package}.{name[:-3]}"] = (
+                    os.path.join(folder, name), init)
+    return modules
+
+
+def _imports(name, path, is_package, modules, top_level_only):
+    """The kerashvd modules that `name` imports (all its imports, or only module-level ones)."""
+    import ast
+
+    tree = ast.parse(open(path).read(), path)
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    if top_level_only:  # also imports under a module-level if/try
+        nodes = [n for top in tree.body for n in ast.walk(top)
+                 if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    package = name if is_package else name.rpartition(".")[0]
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules)
+    return {m for m in found if m in modules}
+
+
+def _layer(module):
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 2 and parts[1] in LAYERS else None
+
+
+def test_lower_layers_never_import_higher_ones():
+    modules = _package_modules()
+    upward = set()
+    for name, (path, is_package) in modules.items():
+        own = _layer(name)
+        for target in _imports(name, path, is_package, modules, top_level_only=False):
+            if own is not None and _layer(target) is not None and _layer(target) > own:
+                upward.add((name, target))
+    assert upward == UPWARD, f"imports that go up a layer: {sorted(upward - UPWARD)}"
+
+
+def test_no_import_cycles():
+    """Module-level imports form no cycle (importing a module also runs the packages above it,
+    which a module's own packages have begun already)."""
+    def packages(module):
+        parts = module.split(".")
+        return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+    modules = _package_modules()
+    graph = {}
+    for name, (path, is_package) in modules.items():
+        edges = _imports(name, path, is_package, modules, top_level_only=True)
+        edges |= {p for target in edges for p in packages(target)}
+        graph[name] = edges - packages(name) - {name}
+    done, path = set(), []
+
+    def visit(module):
+        if module in path:
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(module):] + [module]))
+        if module in done:
+            return
+        path.append(module)
+        for target in sorted(graph[module]):
+            visit(target)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)

@@ -2,9 +2,10 @@
 
 Every test under tests/parallel/ marked ``keras`` (callbacks, validation, checkpoints,
 optimizer, mixed precision, saving, tape, uneven data, data) runs again in fresh processes
-with ``TF_USE_LEGACY_KERAS=1``, which routes ``tf.keras`` and ``kerashvd.keras_compat.keras``
-to tf_keras: the same test bodies, now with tf_keras models, optimizers and callbacks.
-tests/parallel/test_keras_compat.py checks in that run that tf_keras is what they got.
+with ``TF_USE_LEGACY_KERAS=1``, which routes ``tf.keras`` and
+``kerashvd.training.keras_compat.keras`` to tf_keras: the same test bodies, now with tf_keras
+models, optimizers and callbacks. tests/parallel/test_keras_compat.py checks in that run that
+tf_keras is what they got.
 No Keras test runs only at 1 rank, so 2 ranks cover what 1 would (a 1-rank rerun took 44 s
 of a CI run).
 """

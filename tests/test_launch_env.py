@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from kerashvd.launch_env import check_world_size
+from kerashvd.runtime.launch_env import check_world_size
 
 # Variables per launch, as SLURM 22.05 and MPICH hydra set them on the test cluster.
 BATCH_SCRIPT = {"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4", "SLURM_PROCID": "0"}

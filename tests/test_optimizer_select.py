@@ -1,4 +1,4 @@
-"""kerashvd/optimizer/select.py picks the DistributedOptimizer of the optimizer's Keras.
+"""kerashvd/training/optimizer/select.py picks the DistributedOptimizer of the optimizer's Keras.
 
 ``hvd.DistributedOptimizer`` is the class of the Keras ``tf.keras`` uses; given an optimizer
 of the other Keras it returns the other class. The two implementations do not import each
@@ -11,8 +11,8 @@ import os
 import pytest
 
 import kerashvd as hvd
-from kerashvd.keras_compat import USES_TF_KERAS
-from kerashvd.optimizer import chain, select
+from kerashvd.training.keras_compat import USES_TF_KERAS
+from kerashvd.training.optimizer import chain, select
 
 pytestmark = pytest.mark.keras
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.keras
 def test_each_keras_gets_its_own_class():
     keras = pytest.importorskip("keras")
     tf_keras = pytest.importorskip("tf_keras")
-    from kerashvd.optimizer import keras2, keras3
+    from kerashvd.training.optimizer import keras2, keras3
 
     three = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
     two = hvd.DistributedOptimizer(tf_keras.optimizers.SGD(0.1))

@@ -35,11 +35,11 @@ def _call(function, *args):
 
 @KERAS_3_ONLY
 def test_wrap_resolve_auto_jit_compile():
-    import kerashvd.optimizer.keras3  # noqa: F401  (wraps at import)
+    import kerashvd.training.optimizer.keras3  # noqa: F401  (wraps at import)
 
     _hook(_call(_private_api.resolve_auto_jit_compile_wrapped),
           "keras.src.trainers.trainer.Trainer._resolve_auto_jit_compile (not wrapped)",
-          "kerashvd/_xla.py", "make compile(jit_compile='auto') resolve to False")
+          "kerashvd/training/_xla.py", "make compile(jit_compile='auto') resolve to False")
 
 
 def test_inside_xla_function():
@@ -55,11 +55,12 @@ def test_inside_xla_function():
 
     compiled(tf.constant(1.0))
     _hook(seen == [True], "tf.__internal__.get_enclosing_xla_context",
-          "kerashvd/_xla.py check_not_xla", "refuse collectives traced inside XLA")
+          "kerashvd/collectives/_xla_guard.py check_not_xla",
+          "refuse collectives traced inside XLA")
 
 
 def test_batch_norm_statistics_method_and_reduction_axes():
-    from kerashvd.keras_compat import USES_TF_KERAS, keras
+    from kerashvd.training.keras_compat import USES_TF_KERAS, keras
 
     name = _call(_private_api.batch_norm_statistics_method, keras, USES_TF_KERAS)
     assert name == ("_calculate_mean_and_var" if USES_TF_KERAS else "_moments")
@@ -70,7 +71,7 @@ def test_batch_norm_statistics_method_and_reduction_axes():
 
 
 def test_patch_model_methods():
-    from kerashvd.keras_compat import keras
+    from kerashvd.training.keras_compat import keras
 
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
@@ -90,7 +91,7 @@ def test_eager_context_config():
     _call(_private_api.eager_context_started)
     config = _call(_private_api.eager_context_config)
     _hook(hasattr(config.experimental, "disable_thread_spinning"),
-          "ConfigProto.experimental.disable_thread_spinning", "kerashvd/tf_threads.py",
+          "ConfigProto.experimental.disable_thread_spinning", "kerashvd/runtime/tf_threads.py",
           "turn TensorFlow's thread spinning off")
 
 
@@ -101,11 +102,11 @@ def test_wrapped_by_loss_scaling_finds_the_outer_optimizer_in_the_frames():
     import tensorflow as tf
 
     import kerashvd as hvd
-    from kerashvd.keras_compat import USES_TF_KERAS, keras
+    from kerashvd.training.keras_compat import USES_TF_KERAS, keras
 
     hvd.init()
     if USES_TF_KERAS:
-        pytest.skip("tf_keras' order check is a type check (kerashvd/optimizer/keras2.py)")
+        pytest.skip("tf_keras' order check is a type check (kerashvd/training/optimizer/keras2.py)")
     wrapped = keras.optimizers.LossScaleOptimizer(
         hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)))
     variable = keras.Variable(np.ones(2, np.float32))
@@ -115,10 +116,10 @@ def test_wrapped_by_loss_scaling_finds_the_outer_optimizer_in_the_frames():
 
 @KERAS_3_ONLY
 def test_keras_saving_walks_dir():
-    """kerashvd/optimizer/keras3.py hides inner_optimizer from dir() so Keras' saving stores
-    the optimizer's state once (tests/parallel/test_saving.py checks the file's layout)."""
+    """kerashvd/training/optimizer/keras3.py hides inner_optimizer from dir() so Keras' saving
+    stores the optimizer's state once (tests/parallel/test_saving.py checks the file's layout)."""
     _hook(_private_api.keras_saving_walk_exists(), "keras.src.saving.saving_lib._walk_saveable",
-          "kerashvd/optimizer/keras3.py __dir__",
+          "kerashvd/training/optimizer/keras3.py __dir__",
           "keep a DistributedOptimizer checkpoint in the plain optimizer's layout")
 
 
@@ -131,7 +132,8 @@ def test_untracked_and_tf_keras_optimizer_built():
     assert _private_api.tf_keras_optimizer_built(optimizer) is False
     optimizer.build([tf_keras.backend.variable(1.0)])
     _hook(_private_api.tf_keras_optimizer_built(optimizer), "tf_keras Optimizer._built",
-          "kerashvd/keras_compat.py optimizer_built", "tell whether a tf_keras optimizer is built")
+          "kerashvd/training/keras_compat.py optimizer_built",
+          "tell whether a tf_keras optimizer is built")
 
 
 def test_a_missing_internal_is_an_error_naming_it():

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from kerashvd import _core
-from kerashvd import config as _config
+from kerashvd.runtime import config as _config
 from kerashvd.launcher import cli
 
 from conftest import REPO

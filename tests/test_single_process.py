@@ -67,7 +67,7 @@ def test_collectives_before_init_raise_not_initialized():
                 raise AssertionError(f"{what} before init() did not raise NotInitializedError")
 
         # The raw op (bypassing the Python checks) fails cleanly too.
-        from kerashvd._ops import OPS
+        from kerashvd.collectives._ops import OPS
         try:
             OPS.kerashvd_allreduce(tf.ones([2]), reduce_op=1, tensor_name="raw")
         except tf.errors.FailedPreconditionError as err:
@@ -245,7 +245,7 @@ def test_wrong_tensorflow_version_is_an_import_error_naming_both_versions():
     run_python("""
         import tensorflow as tf
         import kerashvd._build_info as build_info
-        import kerashvd._loader as loader
+        import kerashvd.runtime._loader as loader
 
         build_info.TF_VERSION = "2.0.0"
         for attempt in [loader.load_tf_ops, lambda: loader.check_tf_version()]:

@@ -1,4 +1,4 @@
-"""TensorFlow's thread pools do not spin when several ranks share a host (kerashvd.tf_threads).
+"""TensorFlow's thread pools do not spin when ranks share a host (kerashvd.runtime.tf_threads).
 
 Each case is a fresh job, since the setting is fixed when TensorFlow creates its pools.
 """
@@ -23,7 +23,7 @@ _ORDERS = {
 }
 
 _CHECK = """
-from kerashvd import tf_threads
+from kerashvd.runtime import tf_threads
 assert hvd.allreduce(tf.constant(1.0), op=hvd.Sum).numpy() == hvd.size()
 with open(os.path.join(out_dir, str(hvd.rank())), "w") as f:
     f.write(str(tf_threads.spinning_disabled()))

@@ -71,7 +71,7 @@ def _worker(args):
     import tensorflow as tf
 
     import kerashvd as hvd
-    from kerashvd.keras_compat import keras
+    from kerashvd.training.keras_compat import keras
 
     hvd.init()
     hosts = hvd.allgather_object(socket.gethostname())

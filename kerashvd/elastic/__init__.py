@@ -24,7 +24,7 @@ callbacks), ``run`` (the :func:`run` decorator), ``launcher_link`` (this rank's 
 protocol with ``kerashvdrun``).
 """
 
-from kerashvd.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+from kerashvd.runtime.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 from .callbacks import CommitStateCallback, UpdateBatchStateCallback, UpdateEpochStateCallback
 from .keras_state import KerasState, TensorFlowKerasState

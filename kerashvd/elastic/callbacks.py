@@ -16,7 +16,7 @@ count the batches of its first, partial epoch from ``state.batch`` on.
 """
 
 import kerashvd as hvd
-from kerashvd.keras_compat import keras
+from kerashvd.training.keras_compat import keras
 
 
 def _offset(model):

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 import kerashvd as hvd
-from kerashvd.keras_compat import build_optimizer, keras, model_built, optimizer_variables
+from kerashvd.training.keras_compat import build_optimizer, keras, model_built, optimizer_variables
 
 from .state import ObjectState
 

@@ -35,7 +35,7 @@ import threading
 import tensorflow as tf
 
 import kerashvd as hvd
-from kerashvd.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+from kerashvd.runtime.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 from kerashvd.launcher.handover import RESET_EXIT_CODE
 
 from . import launcher_link

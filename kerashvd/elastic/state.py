@@ -16,7 +16,7 @@ import cloudpickle
 import tensorflow as tf
 
 import kerashvd as hvd
-from kerashvd.exceptions import HostsUpdatedInterrupt
+from kerashvd.runtime.exceptions import HostsUpdatedInterrupt
 
 from . import launcher_link
 

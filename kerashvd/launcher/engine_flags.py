@@ -2,14 +2,14 @@
 
 There is one flag per engine setting of the engine's table (``kerashvd._core.SETTINGS``,
 ops/core/settings.cc), which also gives its help, unit and default; :func:`kerashvd.init` reads
-the variable (``kerashvd/config.py``). Values are checked by the engine's own rule
+the variable (``kerashvd/runtime/config.py``). Values are checked by the engine's own rule
 (``_core.flag_to_variable``), so that a typo fails before any process starts. ``_core`` is a
 small module that loads neither TensorFlow nor a running MPI.
 """
 
 import argparse
 
-from .._engine import core as _core
+from ..runtime._engine import core as _core
 
 
 def _dest(row):

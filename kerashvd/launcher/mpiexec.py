@@ -3,7 +3,7 @@
 import os
 import shutil
 
-from .._mpich import mpich_file
+from ..runtime._mpich import mpich_file
 from .errors import LaunchError
 
 

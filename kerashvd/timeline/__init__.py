@@ -13,8 +13,8 @@ import collections
 import json
 import sys
 
-from .._engine import core as _core, require_init as _require_init
-from ..config import SETTINGS
+from ..runtime._engine import core as _core, require_init as _require_init
+from ..runtime.config import SETTINGS
 
 # The engine's default for KERASHVD_TIMELINE_MAX_MB (ops/core/config.h).
 DEFAULT_MAX_MB = float(SETTINGS["timeline_max_mb"]["default"])

@@ -2,9 +2,10 @@
 // KERASHVD_* variable, its kerashvdrun flag, the rule its values follow and what it does. Its
 // default is the field's initializer in config.h.
 //
-// Python reads this table through kerashvd._core (ops/python/facts.cc): config.py builds
-// init()'s keywords and the variables from it, the launcher's engine_flags.py its flags and
-// their help. A setting is added here (and as a Config field) and nowhere else.
+// Python reads this table through kerashvd._core (ops/python/facts.cc):
+// kerashvd/runtime/config.py builds init()'s keywords and the variables from it, the
+// launcher's engine_flags.py its flags and their help. A setting is added here (and as a
+// Config field) and nowhere else.
 //
 // Values arrive as text, as a variable spells them; ApplySetting parses, checks and stores
 // them, so the rule for each setting lives here only. Keyword values are turned into text by

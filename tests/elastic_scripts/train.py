@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kerashvd as hvd  # noqa: E402
-from kerashvd.keras_compat import optimizer_variables  # noqa: E402
+from kerashvd.training.keras_compat import optimizer_variables  # noqa: E402
 
 BASE_LR = 0.02
 FEATURES, BATCH = 16, 8

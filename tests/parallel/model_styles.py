@@ -13,7 +13,7 @@ norm, mixed precision, tapes) take a ``style``; the weights come from seeded ini
 so a model holds the same weights whichever style and whenever it is built.
 """
 
-from kerashvd.keras_compat import keras
+from kerashvd.training.keras_compat import keras
 
 STYLES = ("input", "deferred", "subclassed")
 

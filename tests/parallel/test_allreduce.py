@@ -362,7 +362,7 @@ def test_large_allreduce_on_huge_page_advised_buffers(hvd, elements):
 
 def test_adasum_is_refused_clearly(hvd):
     """hvd.Adasum exists (scripts that name it import), and every use says it is missing."""
-    from kerashvd.keras_compat import keras
+    from kerashvd.training.keras_compat import keras
 
     for call in (lambda: hvd.allreduce(tf.ones([2]), op=hvd.Adasum),
                  lambda: hvd.grouped_allreduce([tf.ones([2])], op=hvd.Adasum),

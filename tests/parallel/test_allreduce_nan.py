@@ -1,6 +1,6 @@
 """Min and Max allreduce with NaN and signed zeros: every rank gets the same bits.
 
-The rule (kerashvd/reduce_ops.py): a NaN on any rank makes the element NaN (as numpy's
+The rule (kerashvd/collectives/reduce_ops.py): a NaN on any rank makes the element NaN (as numpy's
 np.maximum/np.minimum propagate NaN), and Max prefers +0.0 over -0.0, Min -0.0 over +0.0 (IEEE
 754-2019 maximum/minimum), so the result does not depend on the order in which MPI combines
 the ranks. Each case runs alone, fused with others (grouped_allreduce, tf.function), for every

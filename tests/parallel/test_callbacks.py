@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerashvd.keras_compat import keras, optimizer_built
+from kerashvd.training.keras_compat import keras, optimizer_built
 from model_styles import dense, sequential
 
 pytestmark = pytest.mark.keras

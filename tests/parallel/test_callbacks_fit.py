@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerashvd.keras_compat import keras
+from kerashvd.training.keras_compat import keras
 from model_styles import sequential
 
 pytestmark = pytest.mark.keras

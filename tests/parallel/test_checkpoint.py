@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from kerashvd.keras_compat import USES_TF_KERAS, keras, model_built, optimizer_variables
+from kerashvd.training.keras_compat import USES_TF_KERAS, keras, model_built, optimizer_variables
 from model_styles import sequential
 
 pytestmark = pytest.mark.keras

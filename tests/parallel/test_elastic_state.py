@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerashvd.keras_compat import keras
+from kerashvd.training.keras_compat import keras
 
 pytestmark = pytest.mark.keras
 

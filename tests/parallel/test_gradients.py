@@ -2,7 +2,7 @@
 
 Each rank r computes loss_r = sum(w_r * C(x)_r) with its own weights w_r. For every collective
 the gradient the tape gives for x_r is a fixed multiple of the gradient of the job's total
-loss sum_q loss_q with respect to x_r (kerashvd/gradients.py, which follows Horovod):
+loss sum_q loss_q with respect to x_r (kerashvd/collectives/gradients.py, which follows Horovod):
 - allreduce and alltoall: exactly that gradient (factor 1);
 - allgather and broadcast: the gradient of the ranks' mean loss (factor 1 / size): the
   incoming gradients are averaged over the process set;

@@ -1,4 +1,4 @@
-"""kerashvd.keras_compat: kerashvd uses the Keras that tf.keras routes to, in every layer.
+"""kerashvd.training.keras_compat: kerashvd uses the Keras that tf.keras routes to, in every layer.
 
 The ``keras``-marked tests of tests/parallel/ run with Keras 3 and again with
 ``TF_USE_LEGACY_KERAS=1`` (tests/test_keras2.py); this file checks that each run really
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerashvd import keras_compat
-from kerashvd.keras_compat import USES_TF_KERAS, keras
+from kerashvd.training import keras_compat
+from kerashvd.training.keras_compat import USES_TF_KERAS, keras
 from model_styles import STYLES, sequential
 
 pytestmark = pytest.mark.keras
@@ -34,8 +34,8 @@ def test_every_layer_uses_the_selected_keras(hvd):
     assert issubclass(hvd.DistributedOptimizer, keras.optimizers.Optimizer)
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
     assert isinstance(opt, hvd.DistributedOptimizer)
-    assert type(opt).__module__ == ("kerashvd.optimizer.keras2" if USES_TF_KERAS
-                                    else "kerashvd.optimizer.keras3")
+    assert type(opt).__module__ == ("kerashvd.training.optimizer.keras2" if USES_TF_KERAS
+                                    else "kerashvd.training.optimizer.keras3")
 
 
 def test_optimizer_helpers(hvd):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerashvd.keras_compat import keras
+from kerashvd.training.keras_compat import keras
 from model_styles import dense, sequential
 from test_optimizer import apply, assert_close, assert_identical_on_all_ranks
 

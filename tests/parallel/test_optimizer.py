@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerashvd.keras_compat import USES_TF_KERAS, keras
+from kerashvd.training.keras_compat import USES_TF_KERAS, keras
 from model_styles import dense, sequential
 
 pytestmark = pytest.mark.keras
@@ -81,7 +81,7 @@ def make_optimizer(kind, lr):
 # -- model.fit equivalence ------------------------------------------------------------------
 def _count_grouped_allreduces(monkeypatch):
     """Counts grouped allreduces as they execute (not as they are traced)."""
-    from kerashvd import collectives
+    from kerashvd.collectives import tensors as collectives
 
     executed = tf.Variable(0, dtype=tf.int64, trainable=False)
     original = collectives.grouped_allreduce

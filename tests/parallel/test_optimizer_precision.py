@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 import pytest
 
-from kerashvd.keras_compat import USES_TF_KERAS, keras
+from kerashvd.training.keras_compat import USES_TF_KERAS, keras
 from test_optimizer import BATCH, assert_identical_on_all_ranks, make_data, make_model
 
 pytestmark = pytest.mark.keras

@@ -181,7 +181,8 @@ def test_overlapping_sets_run_concurrently_in_one_step(hvd, sets):
 @pytest.mark.skipif(WORLD < 2, reason="a proper subset needs at least two ranks")
 def test_gradients_stay_in_the_set(hvd, sets):
     """Gradients run in the forward op's set and follow Horovod's definitions there
-    (kerashvd/gradients.py): every member computes the same loss of the collective's output."""
+    (kerashvd/collectives/gradients.py): every member computes the same loss of the
+    collective's output."""
     for name, ps in _member_sets(sets):
         k, me = ps.size(), ps.rank()
         x = tf.constant([1.0, 2.0]) * (hvd.rank() + 1)
@@ -229,7 +230,7 @@ def test_distributed_tape_reduces_within_the_set(hvd, sets):
 @pytest.mark.keras
 @pytest.mark.skipif(WORLD < 2, reason="a proper subset needs at least two ranks")
 def test_fit_with_an_optimizer_reducing_in_a_set(hvd, sets):
-    from kerashvd.keras_compat import keras
+    from kerashvd.training.keras_compat import keras
 
     ps = sets["odds"]
     keras.utils.set_random_seed(1)

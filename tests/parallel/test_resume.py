@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerashvd.keras_compat import USES_TF_KERAS, keras, optimizer_variables
+from kerashvd.training.keras_compat import USES_TF_KERAS, keras, optimizer_variables
 from model_styles import sequential
 
 pytestmark = pytest.mark.keras

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerashvd.keras_compat import USES_TF_KERAS, keras
+from kerashvd.training.keras_compat import USES_TF_KERAS, keras
 from test_optimizer import BATCH, apply, assert_identical_on_all_ranks, make_data, make_model
 
 pytestmark = pytest.mark.keras
@@ -183,7 +183,7 @@ def test_checkpoint_holds_the_optimizer_state_once_in_the_plain_layout(hvd, rank
     plain_layout = _optimizer_datasets(paths["plain"])
     assert _optimizer_datasets(paths["wrapped"]) == plain_layout, (
         "a DistributedOptimizer checkpoint no longer has the plain optimizer's layout: has "
-        "Keras' saving stopped walking dir() (kerashvd/optimizer/keras3.py __dir__)?")
+        "Keras' saving stopped walking dir() (kerashvd/training/optimizer/keras3.py __dir__)?")
 
     # Plain Keras: a model compiled with the plain optimizer takes the wrapped one's state.
     plain = _compiled_model(keras.optimizers.Adam(0.05))
@@ -199,7 +199,7 @@ def test_checkpoint_holds_the_optimizer_state_once_in_the_plain_layout(hvd, rank
 def test_checkpoint_of_the_earlier_layout_still_loads(hvd, rank_dir, monkeypatch):
     """Files from earlier kerashvd versions held the wrapper's two unused placeholders before
     the inner state, and the inner state again under ``optimizer/inner_optimizer``."""
-    from kerashvd.optimizer import keras3
+    from kerashvd.training.optimizer import keras3
 
     x, y, _, _ = make_data(hvd, steps=2)
     model = _compiled_model(hvd.DistributedOptimizer(keras.optimizers.Adam(0.05)))

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerashvd.keras_compat import USES_TF_KERAS, keras
+from kerashvd.training.keras_compat import USES_TF_KERAS, keras
 from model_styles import seeded, sequential
 from test_optimizer import _pretend_a_gpu, assert_identical_on_all_ranks
 

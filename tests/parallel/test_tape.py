@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerashvd.keras_compat import keras
+from kerashvd.training.keras_compat import keras
 from test_optimizer import (BATCH, STEPS, apply, assert_close, assert_identical_on_all_ranks,
                             make_data, make_model, reference_train)
 
@@ -94,7 +94,7 @@ def _embedding_data(hvd, steps=3):
 
 @pytest.mark.parametrize("sparse_as_dense", [False, True])
 def test_embedding_gradients_with_and_without_sparse_as_dense(hvd, monkeypatch, sparse_as_dense):
-    from kerashvd import collectives
+    from kerashvd.collectives import tensors as collectives
 
     ids, target, full_ids, full_target = _embedding_data(hvd)
     reduced_kinds = []

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerashvd.keras_compat import USES_TF_KERAS, keras
+from kerashvd.training.keras_compat import USES_TF_KERAS, keras
 from model_styles import sequential
 
 pytestmark = [pytest.mark.keras, pytest.mark.sizes]  # shards that 3 ranks do not divide evenly

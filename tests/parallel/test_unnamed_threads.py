@@ -6,7 +6,7 @@ call on rank 0 with thread b's call on rank 1 and return wrong sums without any 
 counters are therefore kept per thread (the main thread's, and one per thread name for the
 others), and two live threads with the same name that issue unnamed collectives get an error
 asking for name=. So do unnamed collectives from a thread pool or from a thread
-with Python's default name (kerashvd/_names.py says why).
+with Python's default name (kerashvd/collectives/_names.py says why).
 """
 
 import threading

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerashvd.keras_compat import USES_TF_KERAS, keras
+from kerashvd.training.keras_compat import USES_TF_KERAS, keras
 from model_styles import sequential
 
 pytestmark = [pytest.mark.keras, pytest.mark.sizes]  # exact metrics over uneven shards

@@ -2,7 +2,8 @@
 
 No GPU is needed: the job's fake GPUs (tests/slurm_cluster.py, tests/multinode_cluster.py)
 give each task a ``CUDA_VISIBLE_DEVICES``, the list TensorFlow would number as its GPUs, and
-kerashvd's pinning rule (kerashvd.gpu_pinning.choose_gpu) picks from it by local rank. Prints
+kerashvd's pinning rule (kerashvd.runtime.gpu_pinning.choose_gpu) picks from it by local rank.
+Prints
 {"rank", "host", "local_rank", "local_size", "slurm_localid", "visible" (the list),
 "pinned" (the device kept, or null: leave the visible GPU(s) as they are)}. TensorFlow is not
 imported (init(pin_gpu=False)), so this takes seconds.
@@ -16,7 +17,7 @@ import sys
 
 def main():
     import kerashvd as hvd
-    from kerashvd.gpu_pinning import choose_gpu, host_gpu_count
+    from kerashvd.runtime.gpu_pinning import choose_gpu, host_gpu_count
 
     hvd.init(pin_gpu=False)
     listed = os.environ.get("CUDA_VISIBLE_DEVICES", "")

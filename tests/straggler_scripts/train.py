@@ -73,7 +73,7 @@ def main():
     import tensorflow as tf
 
     import kerashvd as hvd
-    from kerashvd.keras_compat import keras
+    from kerashvd.training.keras_compat import keras
 
     hvd.init()
     epoch = {"now": 0}

@@ -1,0 +1,55 @@
+"""Reduction operators for allreduce and reducescatter (``kerashvd.Average`` etc.).
+
+``Min`` and ``Max`` of floats propagate NaN as numpy's ``np.minimum``/``np.maximum`` do: an
+element that is NaN on any rank is NaN on every rank. They also order -0.0 below +0.0 (Max
+of -0.0 and +0.0 is +0.0, Min is -0.0), so every rank gets the same bits, whatever order the
+ranks' values are combined in. float16 and bfloat16 are reduced in float32 and follow the
+same rule; integer Min and Max are exact.
+
+The names and numbers are the engine's (``kerashvd._core.REDUCE_OPS``, from
+ops/core/types.cc): ``Average``, ``Sum``, ``Min``, ``Max``, ``Product``, and ``Adasum``,
+Horovod's adaptive summation. ``Adasum`` is defined so that scripts which name it still import
+and run; kerashvd does not implement it, and every collective refuses it with
+NotImplementedError (Horovod's type for an operation it lacks).
+"""
+
+from ..runtime._engine import core as _core
+
+_VALUES = {row["name"]: row["value"] for row in _core.REDUCE_OPS}
+Average = _VALUES["Average"]
+Sum = _VALUES["Sum"]
+Min = _VALUES["Min"]
+Max = _VALUES["Max"]
+Product = _VALUES["Product"]
+Adasum = _VALUES["Adasum"]
+
+_NAMES = {row["value"]: row["name"] for row in _core.REDUCE_OPS if row["implemented"]}
+# The ops reducescatter takes as well as allreduce.
+SCATTER_OPS = tuple(row["value"] for row in _core.REDUCE_OPS if row["scatter"])
+_ADASUM_MESSAGE = ("kerashvd does not implement Adasum (Horovod's adaptive summation); use "
+                   "op=kerashvd.Average, with the learning rate scaled by size(), or "
+                   "op=kerashvd.Sum")
+
+
+def resolve_op(op, average, allowed=tuple(_NAMES)):
+    """Returns the reduce op from Horovod-style ``op`` / deprecated ``average`` arguments."""
+    if op is not None and average is not None:
+        raise ValueError("Pass either op= or the deprecated average=, not both; received "
+                         f"op={op!r}, average={average!r}")
+    if op is None:
+        op = Sum if average is False else Average
+    check_not_adasum(op)
+    if op not in allowed:
+        names = ", ".join(f"kerashvd.{_NAMES[a]}" for a in allowed)
+        raise ValueError(f"op must be one of {names}; received op={op!r}")
+    return op
+
+
+def op_name(op):
+    return _NAMES.get(op, "Adasum" if op == Adasum else repr(op))
+
+
+def check_not_adasum(op):
+    """Raises the Adasum NotImplementedError for ``op=Adasum`` (for APIs that validate ``op`` themselves)."""
+    if op == Adasum and not isinstance(op, bool):
+        raise NotImplementedError(_ADASUM_MESSAGE)
