@@ -9,9 +9,10 @@ environment and the command line (bench/header.py). Then it prints, for float32 
 allreduces of each size: time per call, algbw and busbw (nccl-tests
 factor 2(n-1)/n), #wrong elements in the last result, raw MPI's time and busbw for the same
 bytes (mpi4py ``Allreduce`` on numpy arrays), and the ratio of busbw; then the same size
-inside a graph: the time of each of K allreduces run one after the other in one tf.function
-call (graph(us), with its own #wrong), raw MPI's in-place allreduce of the same bytes, and
-their ratio (graph ratio). Compared functions are
+inside a graph: what each further allreduce adds to a tf.function that runs K of them one
+after the other, each on the previous one's result (graph(us), with its own #wrong), raw
+MPI's in-place allreduce of the same bytes, and their ratio (graph ratio). Compared
+functions are
 timed in turn over several rounds and each reports its median round, so that the machine's
 drift during the run does not bias the ratios. Then the latency of a
 single 4 KiB allreduce and of 100 tensors of 16 KiB in one tf.function step.

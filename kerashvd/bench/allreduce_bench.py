@@ -76,33 +76,37 @@ class _Cases:
         return self._steps[nbytes]
 
     def in_graph(self, nbytes):
-        """(K, a call running K allreduces of `nbytes` one after the other inside one
-        tf.function, #wrong elements of the last one's result).
+        """(K, a call of K allreduces of `nbytes` one after the other inside one tf.function,
+        the same with one allreduce, #wrong elements of the K-chain's result).
 
         Each allreduce reduces the previous one's result, so the engine never fuses two, and
-        in place, as the optimizer's allreduces of a training step reduce the gradients that
-        TensorFlow hands over (the baseline is raw MPI's in-place allreduce). Per allreduce, the
-        time of one call divided by K: the function's dispatch is shared by K collectives, as a
-        training step's is by its gradients'. The values grow by a factor of the world size per
-        allreduce (K is kept low enough for float32), and are checked within float32 rounding.
+        all but the first run in place, as the optimizer's allreduces of a training step reduce
+        the gradients that TensorFlow hands over (the baseline is raw MPI's in-place
+        allreduce). The time per allreduce is (time of K - time of 1) / (K - 1): what each
+        further allreduce adds to a step, without the function's dispatch and without the
+        first one, which reads the function's input and so runs out of place. The values grow
+        by a factor of the world size per allreduce (K stays low enough for float32), and are
+        checked within float32 rounding.
         """
         tf, np, hvd, n = self.tf, self.np, self.hvd, self.n
-        k = max(2, min(20, (16 << 20) // max(nbytes, 1)))
+        k = max(3, min(20, (32 << 20) // max(nbytes, 1)))
         if n > 1:
-            k = max(2, min(k, int(30 / np.log10(n))))
+            k = max(3, min(k, int(30 / np.log10(n))))
         x = tf.constant(np.ones(nbytes // 4, np.float32))
 
-        @tf.function
-        def chain(t):
-            for i in range(k):
-                t = hvd.allreduce(t, op=hvd.Sum,
-                                  name=f"bench.graph.{nbytes}.{i}")
-            return t
+        def chain(length):
+            @tf.function
+            def run(t):
+                for i in range(length):
+                    t = hvd.allreduce(t, op=hvd.Sum, name=f"bench.graph{length}.{nbytes}.{i}")
+                return t
+            return run
 
+        long, short = chain(k), chain(1)
         expected = float(n) ** k
         wrong = lambda: int(np.count_nonzero(  # noqa: E731
-            ~np.isclose(chain(x).numpy(), expected, rtol=1e-5, atol=0)))
-        return k, (lambda: chain(x)), wrong
+            ~np.isclose(long(x).numpy(), expected, rtol=1e-5, atol=0)))
+        return k, (lambda: long(x)), (lambda: short(x)), wrong
 
     def raw_mpi_inplace(self, nbytes):
         """Raw MPI's in-place allreduce of `nbytes` (the engine's fusion buffer is reduced in
@@ -188,11 +192,11 @@ def run(args):
 
     for nbytes in cases.sizes:
         op, mpi, wrong = cases.step(nbytes)
-        k, graph, graph_wrong = cases.in_graph(nbytes)
+        k, graph, graph_one, graph_wrong = cases.in_graph(nbytes)
         inplace = cases.raw_mpi_inplace(nbytes)
-        t_op, t_mpi, t_graph, t_inplace = _time_calls([op, mpi, graph, inplace], args.seconds,
-                                                      sync, args.repeats)
-        t_graph /= k
+        t_op, t_mpi, t_k, t_one, t_inplace = _time_calls(
+            [op, mpi, graph, graph_one, inplace], args.seconds, sync, args.repeats)
+        t_graph = max(t_k - t_one, 1e-9) / (k - 1)
         busbw = nbytes / t_op / 1e9 * factor
         mpi_busbw = nbytes / t_mpi / 1e9 * factor
         say(f"  {nbytes:>10} {nbytes // 4:>10} {t_op * 1e6:>10.1f} {nbytes / t_op / 1e9:>7.3f} "
