@@ -370,3 +370,42 @@ def test_adasum_is_refused_clearly(hvd):
                  lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), op=hvd.Adasum)):
         with pytest.raises(NotImplementedError, match="does not implement Adasum"):  # Horovod's type
             call()
+
+
+def test_grouped_outputs_in_a_graph_leave_through_one_identity_n(hvd):
+    # When an asynchronous op finishes, TensorFlow hands each node it readies to the thread
+    # pool as a task of its own; one IdentityN behind a grouped op makes that one task, and
+    # its consumers then run inline (kerashvd/runtime/_op_library.py). Values and gradients
+    # must pass through it unchanged.
+    xs = [tf.constant(np.full(s, hvd.rank() + 1.0, np.float32)) for s in [(3,), (2, 2), ()]]
+    grouped = {
+        "allreduce": lambda ts: hvd.grouped_allreduce(ts, op=hvd.Sum, name="fan.allreduce"),
+        "allgather": lambda ts: hvd.grouped_allgather([tf.reshape(t, [-1]) for t in ts],
+                                                      name="fan.allgather"),
+        "broadcast": lambda ts: hvd.grouped_broadcast(ts, 0, name="fan.broadcast"),
+    }
+    n = hvd.size()
+    for kind, collective in grouped.items():
+        graph = tf.function(collective).get_concrete_function(xs).graph
+        outputs = [graph.get_operation_by_name(t.op.name) for t in graph.outputs]
+        fan = {op.type for op in outputs} | {op.type for out in outputs
+                                            for op in [t.op for t in out.inputs]}
+        assert "IdentityN" in fan, (kind, fan)
+        got = tf.function(collective)(xs)
+        eager = collective(xs)
+        for g, e in zip(got, eager):
+            np.testing.assert_array_equal(g.numpy(), e.numpy())
+    total = sum(range(1, n + 1))
+    for g, x in zip(grouped["allreduce"](xs), xs):
+        np.testing.assert_array_equal(g.numpy(), np.full(x.shape, total, np.float32))
+
+    @tf.function
+    def grads(ts):
+        with tf.GradientTape() as tape:
+            tape.watch(ts)
+            loss = tf.add_n([tf.reduce_sum(r * 2.0) for r in
+                             hvd.grouped_allreduce(ts, op=hvd.Average, name="fan.grad")])
+        return tape.gradient(loss, ts)
+
+    for g, x in zip(grads(xs), xs):
+        np.testing.assert_allclose(g.numpy(), np.full(x.shape, 2.0, np.float32))
