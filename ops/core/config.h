@@ -31,6 +31,9 @@ struct Config {
   double peer_timeout_seconds = 30.0;
   // Advise large host buffers of collectives to use transparent huge pages (huge_pages.h).
   bool huge_pages = true;
+  // Allreduce between the two ranks of a communicator on one host through the engine's own
+  // shared memory (backend/shm/shm_pair.h) instead of MPI.
+  bool shm_allreduce = true;
   Hierarchical hierarchical_allreduce = Hierarchical::kAuto;
   Hierarchical hierarchical_allgather = Hierarchical::kAuto;
   // Write a Chrome-trace timeline here from init() on ("" = none); see timeline.h.

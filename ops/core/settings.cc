@@ -44,6 +44,12 @@ const std::vector<SettingInfo>& Settings() {
        "1: back large CPU buffers of collectives with transparent huge pages, which speeds "
        "MPI's shared-memory copies; 0: leave memory as TensorFlow allocated it",
        &Config::huge_pages, 1},
+      {"shm_allreduce", "KERASHVD_SHM_ALLREDUCE", "", "--shm-allreduce", SettingKind::kSwitch, 0,
+       "", 1, "",
+       "1: allreduce of a communicator of two ranks on one host (2 ranks per job or process "
+       "set) through a shared-memory segment of kerashvd's own, faster than MPI's; 0: "
+       "through MPI",
+       &Config::shm_allreduce, 1},
       {"hierarchical_allreduce", "KERASHVD_HIERARCHICAL_ALLREDUCE",
        "HOROVOD_HIERARCHICAL_ALLREDUCE", "--hierarchical-allreduce", SettingKind::kMode, 0, "",
        1, "",

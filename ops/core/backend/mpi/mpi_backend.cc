@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "../shm/pair_reduce.h"
 #include "mpi_reduce_ops.h"
 #include "mpi_wait.h"
 
@@ -38,6 +39,8 @@ Status MpiBackend::Allreduce(const void* send, void* recv, int64_t count, DataTy
                              const ReduceOptions& options) {
   KERASHVD_RETURN_IF_ERROR(CheckReducible(dtype));
   if (count == 0) return Status::Ok();
+  if (pair_ && PairReducible(dtype, options.op))
+    return pair_->Allreduce(send, recv, count, dtype, options.op);
   const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
   if (huge_pages_) {
     if (send != recv) huge_pages_->Advise(send, bytes);

@@ -8,6 +8,7 @@
 #include "../../huge_pages.h"
 #include "../backend.h"
 #include "../../abort_flag.h"
+#include "../shm/shm_pair.h"
 #include "mpi_context.h"
 #include "mpi_hierarchical.h"
 
@@ -16,11 +17,12 @@ namespace kerashvd {
 class MpiBackend : public Backend {
  public:
   // `huge_pages` (optional) is told about large buffers before MPI streams through them.
-  // `hierarchy`: PlanHierarchy's answer for `mpi` (default: everything flat).
+  // `hierarchy`: PlanHierarchy's answer for `mpi` (default: everything flat). `pair`
+  // (optional, MakeShmPair): runs the allreduces it can reduce, in place of MPI.
   MpiBackend(const MpiContext* mpi, const AbortFlag* abort, HugePages* huge_pages = nullptr,
-             HierarchyPlan hierarchy = {})
+             HierarchyPlan hierarchy = {}, std::unique_ptr<ShmPair> pair = nullptr)
       : mpi_(mpi), abort_(abort), huge_pages_(huge_pages), hierarchy_(std::move(hierarchy)),
-        scratch_(huge_pages && huge_pages->enabled()) {}
+        scratch_(huge_pages && huge_pages->enabled()), pair_(std::move(pair)) {}
   const char* name() const override { return "MPI"; }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                    const ReduceOptions& options) override;
@@ -49,6 +51,12 @@ class MpiBackend : public Backend {
   HugePages* huge_pages_;
   const HierarchyPlan hierarchy_;
   FusionBuffer scratch_;  // the hierarchical collectives' staging memory
+  std::unique_ptr<ShmPair> pair_;
 };
+
+// The pair of a communicator of exactly two ranks on one host (collective over `mpi`), or
+// null: elsewhere, when `enabled` is false, or when the segment cannot be made on either rank
+// (both ranks then get null and keep to MPI). `abort` ends the pair's waits.
+std::unique_ptr<ShmPair> MakeShmPair(const MpiContext* mpi, const AbortFlag* abort, bool enabled);
 
 }  // namespace kerashvd

@@ -16,8 +16,9 @@ LaneTransport MakeMpiTransport(const MpiContext* comm, const Config& config,
       comm, BackstopTimeout(config.peer_timeout_seconds), abort);
   HierarchyPlan hierarchy = PlanHierarchy(config, *comm);
   if (!hierarchy.note.empty() && comm->rank() == 0) LogWarning(world_rank0, label + hierarchy.note);
-  transport.backend = std::make_unique<MpiBackend>(comm, abort, transport.huge_pages.get(),
-                                                   std::move(hierarchy));
+  transport.backend = std::make_unique<MpiBackend>(
+      comm, abort, transport.huge_pages.get(), std::move(hierarchy),
+      MakeShmPair(comm, abort, config.shm_allreduce));
   return transport;
 }
 

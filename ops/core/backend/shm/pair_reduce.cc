@@ -1,0 +1,102 @@
+#include "pair_reduce.h"
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+namespace kerashvd {
+namespace {
+
+template <typename T>
+struct Sum {
+  // Integers through their unsigned type: wrapping, without signed overflow's undefined
+  // behaviour (the bits equal two's complement wrapping, as MPI's sum gives).
+  static T Apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    } else {
+      return a + b;
+    }
+  }
+};
+
+template <typename T>
+struct Product {
+  static T Apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      // Promoted to at least unsigned int, so that uint8/uint16 products cannot overflow int.
+      using U = std::common_type_t<std::make_unsigned_t<T>, unsigned int>;
+      return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+    } else {
+      return a * b;
+    }
+  }
+};
+
+template <typename T, bool kMax>
+struct Extreme {
+  static T Apply(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+      if (a == b) return std::signbit(a) == kMax ? b : a;  // equal, or +0.0 and -0.0
+    }
+    return (a > b) == kMax ? a : b;
+  }
+};
+
+template <typename T, typename Op>
+void Run(const void* a, const void* b, void* out, void* copy, int64_t count) {
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  T* o = static_cast<T*>(out);
+  T* __restrict c = static_cast<T*>(copy);
+  for (int64_t i = 0; i < count; ++i) {
+    const T v = Op::Apply(x[i], y[i]);
+    o[i] = v;
+    c[i] = v;
+  }
+}
+
+template <typename T>
+void RunOp(const void* a, const void* b, void* out, void* copy, int64_t count, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMin: return Run<T, Extreme<T, false>>(a, b, out, copy, count);
+    case ReduceOp::kMax: return Run<T, Extreme<T, true>>(a, b, out, copy, count);
+    case ReduceOp::kProduct: return Run<T, Product<T>>(a, b, out, copy, count);
+    default: return Run<T, Sum<T>>(a, b, out, copy, count);
+  }
+}
+
+}  // namespace
+
+bool PairReducible(DataType dtype, ReduceOp op) {
+  if (op != ReduceOp::kSum && op != ReduceOp::kMin && op != ReduceOp::kMax &&
+      op != ReduceOp::kProduct)
+    return false;
+  switch (dtype) {
+    case DataType::kUint8: case DataType::kInt8: case DataType::kUint16: case DataType::kInt16:
+    case DataType::kInt32: case DataType::kInt64: case DataType::kFloat32:
+    case DataType::kFloat64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void PairReduce(const void* a, const void* b, void* out, void* copy, int64_t count,
+                DataType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DataType::kUint8: return RunOp<uint8_t>(a, b, out, copy, count, op);
+    case DataType::kInt8: return RunOp<int8_t>(a, b, out, copy, count, op);
+    case DataType::kUint16: return RunOp<uint16_t>(a, b, out, copy, count, op);
+    case DataType::kInt16: return RunOp<int16_t>(a, b, out, copy, count, op);
+    case DataType::kInt32: return RunOp<int32_t>(a, b, out, copy, count, op);
+    case DataType::kInt64: return RunOp<int64_t>(a, b, out, copy, count, op);
+    case DataType::kFloat32: return RunOp<float>(a, b, out, copy, count, op);
+    case DataType::kFloat64: return RunOp<double>(a, b, out, copy, count, op);
+    default: return;
+  }
+}
+
+}  // namespace kerashvd

@@ -1,0 +1,25 @@
+// The element-wise reductions of the shared-memory pair (shm_pair.h): out[i] = a[i] op b[i],
+// each result also written to a second place (the peer's copy), in one pass.
+//
+// The values are those of the MPI backend for one pair of operands (mpi_reduce_ops.h):
+// integers wrap on overflow (Sum, Product); float Min and Max follow numpy's NaN rule (NaN if
+// either operand is NaN, always the canonical quiet NaN; -0.0 below +0.0). Every op here is
+// commutative on bits (a op b == b op a), which is why the two ranks of a pair may combine
+// their operands in either order and still agree.
+#pragma once
+
+#include <cstdint>
+
+#include "../../types.h"
+
+namespace kerashvd {
+
+// Whether PairReduce handles `dtype` with `op` (Sum, Min, Max, Product of the natively
+// reducible types: uint8, int8, uint16, int16, int32, int64, float32, float64).
+bool PairReducible(DataType dtype, ReduceOp op);
+
+// out[i] = copy[i] = a[i] op b[i] for i < count. `out` may be `a` or `b`; `copy` overlaps none.
+void PairReduce(const void* a, const void* b, void* out, void* copy, int64_t count,
+                DataType dtype, ReduceOp op);
+
+}  // namespace kerashvd
