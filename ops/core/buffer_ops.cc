@@ -13,12 +13,7 @@ void ScaleTyped(const T* src, T* dst, int64_t n, double factor) {
     if (src != dst) std::memcpy(dst, src, n * sizeof(T));
     return;
   }
-  if constexpr (std::is_floating_point<T>::value) {
-    const T f = static_cast<T>(factor);
-    for (int64_t i = 0; i < n; ++i) dst[i] = src[i] * f;
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(static_cast<double>(src[i]) * factor);
-  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = ScaleOne(src[i], factor);
 }
 
 float Bf16ToFloat(uint16_t h) {

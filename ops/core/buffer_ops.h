@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "types.h"
 
@@ -10,6 +11,14 @@ namespace kerashvd {
 
 // dst[i] = src[i] * factor, for a natively reducible dtype (src may equal dst).
 void ScaleCopy(const void* src, void* dst, int64_t count, DataType dtype, double factor);
+// One element of ScaleCopy: floats multiply by the factor rounded to their type, integers go
+// through double. The shared-memory pair scales with it too, so its results equal a fused
+// reduction's followed by ScaleCopy, bit for bit.
+template <typename T>
+inline T ScaleOne(T value, double factor) {
+  if constexpr (std::is_floating_point<T>::value) return value * static_cast<T>(factor);
+  else return static_cast<T>(static_cast<double>(value) * factor);
+}
 // float16/bfloat16 -> float32, multiplied by factor.
 void HalfToFloat(const void* src, float* dst, int64_t count, DataType dtype, double factor);
 // float32 -> float16/bfloat16 (round to nearest even), multiplied by factor first.

@@ -126,6 +126,13 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
   // in place.
   options.any_out_of_place = group.size() == 1 && sig.shapes.size() == 1 && sig.out_of_place;
 
+  // Decided from negotiated facts only, so that every rank (a joined one too) takes the same
+  // path: the spans scale before handing results over, the other paths after. A group may
+  // fuse float32 with halves (their wire type): such a group goes through the buffer.
+  bool spans = !IsHalf(sig.dtype) && backend_->ReducesSpans(sig.dtype, options.op);
+  for (const WorkItem* item : group) spans = spans && item->response.request.dtype == sig.dtype;
+  if (spans) return AllreduceSpans(group, options);
+
   // Fast path: one tensor in its own dtype, reduced from its input into its output.
   if (group.size() == 1 && sig.shapes.size() == 1 && !IsHalf(sig.dtype) && group[0]->entry) {
     WorkItem& item = *group[0];
@@ -190,6 +197,49 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
     }
   }
   Mark(group, "MEMCPY_OUT_FUSION_BUFFER", t);
+  return Status::Ok();
+}
+
+// The fused group handed to the backend as spans: each tensor reduced from its input into its
+// output, scaled there, with no pass through the fusion buffer. Prescaled inputs are scaled
+// into the output first (which the reduction then reads in place); a joined rank's spans are
+// the op's identity in the fusion buffer, reduced in place.
+Status Executor::AllreduceSpans(std::vector<WorkItem*>& group, const ReduceOptions& options) {
+  const Request& sig = group.front()->response.request;
+  int64_t joined_bytes = 0;
+  for (WorkItem* item : group)
+    if (!item->entry) joined_bytes += FusedBytes(item->response.request);
+  char* identity = nullptr;
+  if (joined_bytes > 0) {
+    void* fused;
+    KERASHVD_RETURN_IF_ERROR(memory_->FusionBuffer(joined_bytes, &fused));
+    identity = static_cast<char*>(fused);
+  }
+  auto t = Timeline::Clock::now();
+  std::vector<AllreduceSpan> spans;
+  for (WorkItem* item : group) {
+    const Request& r = item->response.request;
+    const double post = PostscaleOf(r);
+    for (size_t i = 0; i < r.shapes.size(); ++i) {
+      const int64_t n = NumElements(r.shapes[i]);
+      if (!item->entry) {
+        KERASHVD_RETURN_IF_ERROR(memory_->FillIdentity(identity, n, sig.dtype, options.op));
+        spans.push_back({identity, identity, n, post});
+        identity += n * DataTypeSize(sig.dtype);
+        continue;
+      }
+      void* out;
+      KERASHVD_RETURN_IF_ERROR(Output(*item, i, r.shapes[i], &out));
+      const void* in = item->entry->inputs[i];
+      if (r.prescale != 1.0) {
+        KERASHVD_RETURN_IF_ERROR(memory_->ScaleCopy(in, out, n, r.dtype, r.prescale));
+        in = out;
+      }
+      spans.push_back({in, out, n, post});
+    }
+  }
+  KERASHVD_RETURN_IF_ERROR(backend_->AllreduceSpans(spans, sig.dtype, options));
+  Mark(group, "ALLREDUCE", t);
   return Status::Ok();
 }
 

@@ -3,7 +3,8 @@
 // Fused allreduce, step by step: copy every input into the fusion buffer (applying prescale,
 // widening float16/bfloat16 to float32), one in-place backend allreduce, copy every result
 // out (applying postscale, and 1/size for Average). A single tensor that needs no widening
-// skips the buffer and is reduced straight from its input into its output.
+// skips the buffer and is reduced straight from its input into its output; so does a whole
+// group whose backend reduces spans (the shared-memory pair), each tensor where it is.
 // A rank that has joined owns no entry for some allreduce items: it contributes the identity
 // of the reduction (zeros for Sum and Average, ones for Product, the lowest value for Max,
 // the highest for Min: MemoryOps::FillIdentity), so every rank's result is that of the
@@ -41,6 +42,8 @@ class Executor {
 
  private:
   Status Allreduce(std::vector<WorkItem*>& group);
+  // A fused group on a backend that reduces spans (Backend::ReducesSpans).
+  Status AllreduceSpans(std::vector<WorkItem*>& group, const ReduceOptions& options);
   Status Allgather(WorkItem& item);
   Status Broadcast(WorkItem& item);
   Status Alltoall(WorkItem& item, CollectiveResult* result);

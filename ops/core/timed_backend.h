@@ -27,6 +27,13 @@ class TimedBackend : public Backend {
                    const ReduceOptions& options) override {
     return Timed([&] { return inner_->Allreduce(send, recv, count, dtype, options); });
   }
+  bool ReducesSpans(DataType dtype, ReduceOp op) const override {
+    return inner_->ReducesSpans(dtype, op);
+  }
+  Status AllreduceSpans(const std::vector<AllreduceSpan>& spans, DataType dtype,
+                        const ReduceOptions& options) override {
+    return Timed([&] { return inner_->AllreduceSpans(spans, dtype, options); });
+  }
   Status Allgatherv(const void* send, void* recv, const std::vector<int64_t>& recv_bytes) override {
     return Timed([&] { return inner_->Allgatherv(send, recv, recv_bytes); });
   }

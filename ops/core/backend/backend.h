@@ -22,6 +22,16 @@ struct ReduceOptions {
   bool any_out_of_place = false;
 };
 
+// One tensor of a fused allreduce, read and written where it is instead of through a fusion
+// buffer: `count` elements from `send` into `recv` (equal: in place), the reduced values
+// multiplied by `postscale` as ScaleCopy does (buffer_ops.h).
+struct AllreduceSpan {
+  const void* send;
+  void* recv;
+  int64_t count;
+  double postscale;
+};
+
 struct BroadcastOptions {
   int root = 0;
 };
@@ -34,6 +44,20 @@ class Backend {
   // send == recv reduces in place.
   virtual Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                            const ReduceOptions& options) = 0;
+  // Whether AllreduceSpans takes `dtype` with `op`. The answer must be the same on every
+  // rank (it may depend on the communicator, the dtype and the op only): every rank then
+  // runs the same kind of call.
+  virtual bool ReducesSpans(DataType dtype, ReduceOp op) const {
+    (void)dtype, (void)op;
+    return false;
+  }
+  // The allreduce of the spans laid end to end, as Allreduce of their fusion would be,
+  // followed by each span's postscale: no fusion buffer, no copies in or out.
+  virtual Status AllreduceSpans(const std::vector<AllreduceSpan>& spans, DataType dtype,
+                                const ReduceOptions& options) {
+    (void)spans, (void)dtype, (void)options;
+    return Status::Unimplemented(std::string(name()) + " does not reduce spans");
+  }
   // recv_bytes[r]: bytes contributed by rank r, laid out in rank order in `recv`.
   virtual Status Allgatherv(const void* send, void* recv, const std::vector<int64_t>& recv_bytes) = 0;
   virtual Status Broadcast(void* buffer, int64_t bytes, const BroadcastOptions& options) = 0;

@@ -57,6 +57,12 @@ Status MpiBackend::Allreduce(const void* send, void* recv, int64_t count, DataTy
                 &request, "MPI_Iallreduce");
 }
 
+Status MpiBackend::AllreduceSpans(const std::vector<AllreduceSpan>& spans, DataType dtype,
+                                  const ReduceOptions& options) {
+  if (!ReducesSpans(dtype, options.op)) return Backend::AllreduceSpans(spans, dtype, options);
+  return pair_->Allreduce(spans, dtype, options.op);
+}
+
 // Out of place, MPICH's allreduce first copies `send` into `recv` and then reduces in place:
 // at 16 MiB on 2 ranks that copy makes the call ~6.3 ms instead of ~4 ms. A reduce-scatter
 // that reads `send` and writes each rank's block of the result straight into `recv`, then an

@@ -8,6 +8,7 @@
 #include "../../huge_pages.h"
 #include "../backend.h"
 #include "../../abort_flag.h"
+#include "../shm/pair_reduce.h"
 #include "../shm/shm_pair.h"
 #include "mpi_context.h"
 #include "mpi_hierarchical.h"
@@ -26,6 +27,12 @@ class MpiBackend : public Backend {
   const char* name() const override { return "MPI"; }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                    const ReduceOptions& options) override;
+  // Only through the shared-memory pair.
+  bool ReducesSpans(DataType dtype, ReduceOp op) const override {
+    return pair_ && PairReducible(dtype, op);
+  }
+  Status AllreduceSpans(const std::vector<AllreduceSpan>& spans, DataType dtype,
+                        const ReduceOptions& options) override;
   // Smallest allreduce (bytes) that SplitAllreduce takes on 2 ranks when one is out of place.
   static constexpr int64_t kSplitMinBytes = int64_t{1} << 20;
   Status Allgatherv(const void* send, void* recv, const std::vector<int64_t>& recv_bytes) override;

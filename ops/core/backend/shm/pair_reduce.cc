@@ -1,5 +1,7 @@
 #include "pair_reduce.h"
 
+#include "../../buffer_ops.h"
+
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -25,7 +27,7 @@ template <typename T>
 struct Product {
   static T Apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
-      // Promoted to at least unsigned int, so that uint8/uint16 products cannot overflow int.
+      // Promoted to at least unsigned int, so that uint8 products cannot overflow int.
       using U = std::common_type_t<std::make_unsigned_t<T>, unsigned int>;
       return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
     } else {
@@ -46,25 +48,34 @@ struct Extreme {
 };
 
 template <typename T, typename Op>
-void Run(const void* a, const void* b, void* out, void* copy, int64_t count) {
+void Run(const void* a, const void* b, void* out, void* copy, int64_t count, double factor) {
   const T* x = static_cast<const T*>(a);
   const T* y = static_cast<const T*>(b);
   T* o = static_cast<T*>(out);
   T* __restrict c = static_cast<T*>(copy);
+  if (factor == 1.0) {  // the common case, kept free of the multiplication
+    for (int64_t i = 0; i < count; ++i) {
+      const T v = Op::Apply(x[i], y[i]);
+      o[i] = v;
+      c[i] = v;
+    }
+    return;
+  }
   for (int64_t i = 0; i < count; ++i) {
-    const T v = Op::Apply(x[i], y[i]);
+    const T v = ScaleOne(Op::Apply(x[i], y[i]), factor);
     o[i] = v;
     c[i] = v;
   }
 }
 
 template <typename T>
-void RunOp(const void* a, const void* b, void* out, void* copy, int64_t count, ReduceOp op) {
+void RunOp(const void* a, const void* b, void* out, void* copy, int64_t count, ReduceOp op,
+           double factor) {
   switch (op) {
-    case ReduceOp::kMin: return Run<T, Extreme<T, false>>(a, b, out, copy, count);
-    case ReduceOp::kMax: return Run<T, Extreme<T, true>>(a, b, out, copy, count);
-    case ReduceOp::kProduct: return Run<T, Product<T>>(a, b, out, copy, count);
-    default: return Run<T, Sum<T>>(a, b, out, copy, count);
+    case ReduceOp::kMin: return Run<T, Extreme<T, false>>(a, b, out, copy, count, factor);
+    case ReduceOp::kMax: return Run<T, Extreme<T, true>>(a, b, out, copy, count, factor);
+    case ReduceOp::kProduct: return Run<T, Product<T>>(a, b, out, copy, count, factor);
+    default: return Run<T, Sum<T>>(a, b, out, copy, count, factor);
   }
 }
 
@@ -74,27 +85,18 @@ bool PairReducible(DataType dtype, ReduceOp op) {
   if (op != ReduceOp::kSum && op != ReduceOp::kMin && op != ReduceOp::kMax &&
       op != ReduceOp::kProduct)
     return false;
-  switch (dtype) {
-    case DataType::kUint8: case DataType::kInt8: case DataType::kUint16: case DataType::kInt16:
-    case DataType::kInt32: case DataType::kInt64: case DataType::kFloat32:
-    case DataType::kFloat64:
-      return true;
-    default:
-      return false;
-  }
+  return IsReducible(dtype) && !IsHalf(dtype);
 }
 
 void PairReduce(const void* a, const void* b, void* out, void* copy, int64_t count,
-                DataType dtype, ReduceOp op) {
+                DataType dtype, ReduceOp op, double factor) {
   switch (dtype) {
-    case DataType::kUint8: return RunOp<uint8_t>(a, b, out, copy, count, op);
-    case DataType::kInt8: return RunOp<int8_t>(a, b, out, copy, count, op);
-    case DataType::kUint16: return RunOp<uint16_t>(a, b, out, copy, count, op);
-    case DataType::kInt16: return RunOp<int16_t>(a, b, out, copy, count, op);
-    case DataType::kInt32: return RunOp<int32_t>(a, b, out, copy, count, op);
-    case DataType::kInt64: return RunOp<int64_t>(a, b, out, copy, count, op);
-    case DataType::kFloat32: return RunOp<float>(a, b, out, copy, count, op);
-    case DataType::kFloat64: return RunOp<double>(a, b, out, copy, count, op);
+    case DataType::kUint8: return RunOp<uint8_t>(a, b, out, copy, count, op, factor);
+    case DataType::kInt8: return RunOp<int8_t>(a, b, out, copy, count, op, factor);
+    case DataType::kInt32: return RunOp<int32_t>(a, b, out, copy, count, op, factor);
+    case DataType::kInt64: return RunOp<int64_t>(a, b, out, copy, count, op, factor);
+    case DataType::kFloat32: return RunOp<float>(a, b, out, copy, count, op, factor);
+    case DataType::kFloat64: return RunOp<double>(a, b, out, copy, count, op, factor);
     default: return;
   }
 }

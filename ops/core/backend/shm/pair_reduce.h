@@ -14,12 +14,13 @@
 
 namespace kerashvd {
 
-// Whether PairReduce handles `dtype` with `op` (Sum, Min, Max, Product of the natively
-// reducible types: uint8, int8, uint16, int16, int32, int64, float32, float64).
+// Whether PairReduce handles `dtype` with `op`: Sum, Min, Max or Product of a natively
+// reducible type (IsReducible, not a half: the engine reduces halves in float32).
 bool PairReducible(DataType dtype, ReduceOp op);
 
-// out[i] = copy[i] = a[i] op b[i] for i < count. `out` may be `a` or `b`; `copy` overlaps none.
+// out[i] = copy[i] = ScaleOne(a[i] op b[i], factor) for i < count (buffer_ops.h; a factor of
+// 1 leaves the values as they are). `out` may be `a` or `b`; `copy` overlaps none.
 void PairReduce(const void* a, const void* b, void* out, void* copy, int64_t count,
-                DataType dtype, ReduceOp op);
+                DataType dtype, ReduceOp op, double factor = 1.0);
 
 }  // namespace kerashvd

@@ -36,8 +36,11 @@
 #include <cstdint>
 #include <memory>
 
+#include <vector>
+
 #include "../../abort_flag.h"
 #include "../../status.h"
+#include "../backend.h"
 #include "../../types.h"
 #include "shm_segment.h"
 
@@ -57,12 +60,21 @@ class ShmPair {
 
   // send == recv reduces in place. Only what PairReducible(dtype, op) accepts.
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op);
+  // The same over the spans laid end to end (a fused group without its fusion buffer). Each
+  // result is scaled by its span's postscale before it is handed over, so both ranks must
+  // pass spans with the same counts and postscales (the executor's are negotiated).
+  Status Allreduce(const std::vector<AllreduceSpan>& spans, DataType dtype, ReduceOp op);
 
  private:
   std::atomic<uint32_t>* Seq(int r) const;
   char* Box(int r, int b, int which) const;  // which: 0 = X (outbox), 1 = Y (result)
   void Publish(uint32_t value);
   Status WaitPeer(uint32_t value);
+  // Calls fn(span, first element in it, elements, offset from `from`) for each piece of the
+  // elements [from, from + count) of the spans laid end to end; `starts` are their offsets.
+  template <typename Fn>
+  static void ForPieces(const std::vector<AllreduceSpan>& spans,
+                        const std::vector<int64_t>& starts, int64_t from, int64_t count, Fn fn);
 
   std::unique_ptr<ShmSegment> segment_;
   const int rank_;
