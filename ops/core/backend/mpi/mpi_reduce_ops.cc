@@ -1,25 +1,17 @@
 #include "mpi_reduce_ops.h"
 
-#include <cmath>
-#include <limits>
 #include <mutex>
+
+#include "../nan_extreme.h"
 
 namespace kerashvd {
 namespace {
-
-// The rule of the file comment for one pair of values.
-template <typename T, bool kMax>
-inline T Pick(T x, T y) {
-  if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<T>::quiet_NaN();
-  if (x == y) return std::signbit(x) == kMax ? y : x;  // equal, or +0.0 and -0.0
-  return (x > y) == kMax ? x : y;
-}
 
 template <typename T, bool kMax>
 void Reduce(void* in, void* inout, int* len, MPI_Datatype*) {
   const T* a = static_cast<const T*>(in);
   T* b = static_cast<T*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = Pick<T, kMax>(a[i], b[i]);
+  for (int i = 0; i < *len; ++i) b[i] = NanExtreme<T, kMax>(a[i], b[i]);
 }
 
 struct FloatOps {

@@ -1,10 +1,9 @@
 #include "pair_reduce.h"
 
-#include "../../buffer_ops.h"
-
-#include <cmath>
-#include <limits>
 #include <type_traits>
+
+#include "../../buffer_ops.h"
+#include "../nan_extreme.h"
 
 namespace kerashvd {
 namespace {
@@ -39,11 +38,8 @@ struct Product {
 template <typename T, bool kMax>
 struct Extreme {
   static T Apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) {
-      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-      if (a == b) return std::signbit(a) == kMax ? b : a;  // equal, or +0.0 and -0.0
-    }
-    return (a > b) == kMax ? a : b;
+    if constexpr (std::is_floating_point_v<T>) return NanExtreme<T, kMax>(a, b);
+    else return (a > b) == kMax ? a : b;
   }
 };
 
