@@ -20,8 +20,8 @@ def _bytes(text):
 def _time_calls(fns, seconds, sync, repeats=1, iters=None):
     """Seconds per call of each fn() in `fns` (about `seconds` of calls each), after warm-up.
 
-    The functions are timed in turn, `repeats` rounds of about `seconds / repeats` each, and each
-    gets the median of its rounds: a drift of the machine's speed during the run then hits every
+    The functions are timed in turn, `repeats` rounds of about `seconds / repeats` each, every
+    round started by all ranks together, and each gets the median of its rounds: a drift of the machine's speed during the run then hits every
     function alike, and so cancels out of the ratios printed between them. All ranks agree on
     the number of calls. `iters` (optional, a dict by index) keeps the number of calls of each
     function from one use to the next, so that rounds measured apart stay comparable.
@@ -38,6 +38,10 @@ def _time_calls(fns, seconds, sync, repeats=1, iters=None):
     rounds = [[] for _ in fns]
     for _ in range(repeats):
         for i, fn in enumerate(fns):
+            # Every rank starts the round together: a rank that finished the previous function
+            # sooner would otherwise wait inside this one's first collective, and the other
+            # ranks' remaining time would count as this function's.
+            sync(0)
             start = time.perf_counter()
             for _ in range(iters[i]):
                 fn()
