@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "../../buffer_ops.h"
 #include "../shm/pair_reduce.h"
 #include "mpi_reduce_ops.h"
 #include "mpi_wait.h"
@@ -60,6 +61,14 @@ Status MpiBackend::Allreduce(const void* send, void* recv, int64_t count, DataTy
 Status MpiBackend::AllreduceSpans(const std::vector<AllreduceSpan>& spans, DataType dtype,
                                   const ReduceOptions& options) {
   if (!ReducesSpans(dtype, options.op)) return Backend::AllreduceSpans(spans, dtype, options);
+  if (mpi_->size() == 1) {
+    // The same arithmetic as the fused path's copy out of its buffer (ScaleCopy), so the bits
+    // match it.
+    KERASHVD_RETURN_IF_ERROR(CheckReducible(dtype));
+    for (const AllreduceSpan& span : spans)
+      ScaleCopy(span.send, span.recv, span.count, dtype, span.postscale);
+    return Status::Ok();
+  }
   return pair_->Allreduce(spans, dtype, options.op);
 }
 

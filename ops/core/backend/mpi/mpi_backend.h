@@ -27,9 +27,10 @@ class MpiBackend : public Backend {
   const char* name() const override { return "MPI"; }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                    const ReduceOptions& options) override;
-  // Only through the shared-memory pair.
+  // Through the shared-memory pair, and on a communicator of one rank, where the result is
+  // the input: one scaled copy per span instead of two passes through the fusion buffer.
   bool ReducesSpans(DataType dtype, ReduceOp op) const override {
-    return pair_ && PairReducible(dtype, op);
+    return mpi_->size() == 1 || (pair_ && PairReducible(dtype, op));
   }
   Status AllreduceSpans(const std::vector<AllreduceSpan>& spans, DataType dtype,
                         const ReduceOptions& options) override;
