@@ -71,7 +71,7 @@ def expected(op, arrays, nodes, dtype, hierarchical):
 
     Floating-point sums and products are computed in the order of the hierarchical algorithm
     when `hierarchical` (within each node in local-rank order, then the nodes' results in node
-    order: with 2 nodes, one operation, whose order does not matter), else in member order;
+    order), else in member order;
     float16/bfloat16 in float32, rounded once at the end, as the engine does. Integers wrap
     as the engine's do.
     """
@@ -91,18 +91,20 @@ def expected(op, arrays, nodes, dtype, hierarchical):
     return result.astype(_np_dtype(dtype))
 
 
-# The engine's threshold: in auto, allreduces of fewer bytes stay flat (mpi_hierarchical.cc).
-AUTO_MIN_BYTES = 64 << 10
+def layered(mode, nodes, nbytes, count, op="Sum", dtype="float32"):
+    """Whether an allreduce of `count` elements, `nbytes` as the backend sees them (float16/
+    bfloat16 widened to float32, a grouped call's tensors together), among members on `nodes`
+    runs node by node: the engine's own rule (LinkModel), asked through the binding with this
+    layout and this process's MPI setting."""
+    from kerashvd import _core
 
-
-def layered(mode, nodes, nbytes):
-    """Whether an allreduce of `nbytes` (as the backend sees it: float16/bfloat16 widened to
-    float32, a grouped call's tensors together) among members on `nodes` runs node by node."""
-    if mode == "off" or len(nodes) < 2 or max(len(k) for k in nodes) < 2:
-        return False  # no hierarchy to use
-    if len({len(k) for k in nodes}) > 1:
-        return False  # nodes of different sizes: flat
-    return mode == "on" or nbytes >= AUTO_MIN_BYTES
+    node_of = [0] * sum(len(k) for k in nodes)
+    for k, members in enumerate(nodes):
+        for i in members:
+            node_of[i] = k
+    # kerashvd's float Min and Max are user-defined MPI operations (mpi_reduce_ops.h).
+    predefined = not (op in ("Min", "Max") and "int" not in dtype)
+    return _core.allreduce_path(node_of, mode, nbytes, count, predefined)["hierarchical"]
 
 
 def _wire_bytes(dtype, count):
@@ -150,7 +152,7 @@ def battery(hvd, tf, checks, members, nodes, set_, mode, label, dtypes=REDUCIBLE
             mine = [tf.constant(inputs(members[me], dtype, op, n), dtype=tf_dtype) for n in SIZES]
             grouped = hvd.grouped_allreduce(mine, op=getattr(hvd, op), name=name, **kw)
             alone = hvd.allreduce(mine[-1], op=getattr(hvd, op), name=name + "/alone", **kw)
-            hier = layered(mode, nodes, _wire_bytes(dtype, sum(SIZES)))
+            hier = layered(mode, nodes, _wire_bytes(dtype, sum(SIZES)), sum(SIZES), op, dtype)
             for n, got in zip(SIZES, grouped):
                 want = expected(op, [inputs(r, dtype, op, n) for r in members], nodes, dtype,
                                 hier)
@@ -164,7 +166,7 @@ def battery(hvd, tf, checks, members, nodes, set_, mode, label, dtypes=REDUCIBLE
     x = inputs(members[me], "float64", "Sum", 1001)
     got = hvd.allreduce(tf.constant(x), op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0,
                         name=f"{label}/scaled", **kw).numpy()
-    hier = layered(mode, nodes, 1001 * 8)
+    hier = layered(mode, nodes, 1001 * 8, 1001)
     want = expected("Sum", [inputs(r, "float64", "Sum", 1001) * 0.5 for r in members], nodes,
                     "float64", hier) * 3.0
     checks.same(f"{mode} scaled allreduce {label}", got, want, hier)
@@ -193,9 +195,9 @@ def joined(hvd, tf, checks, mode, nodes):
     """The last rank joins; the others' allreduce gets its identity."""
     size, rank = hvd.size(), hvd.rank()
     results = {}
-    hier = layered(mode, nodes, 1003 * 4)
     if rank < size - 1:
         for op in ("Sum", "Max"):
+            hier = layered(mode, nodes, 1003 * 4, 1003, op)
             mine = tf.constant(inputs(rank, "float32", op, 1003, tag=1))
             got = hvd.allreduce(mine, op=getattr(hvd, op), name=f"join/{op}").numpy()
             arrays = [inputs(r, "float32", op, 1003, tag=1) for r in range(size - 1)]
@@ -213,7 +215,8 @@ def main():
     parser.add_argument("--float-sums-equal-flat", action="store_true",
                         help="also require float sums and products bitwise equal to flat")
     parser.add_argument("--modes", default=",".join(MODES),
-                        help="the settings to run, the first one being the reference")
+                        help="the settings to run, the first one being the reference (every "
+                             "rank follows rank 0's, which must be distinct)")
     args = parser.parse_args()
     import tensorflow as tf
 
@@ -230,16 +233,25 @@ def main():
               flush=True)
 
     progress("imported TensorFlow")
-    for mode in modes:
+    for given in modes:
         started = time.monotonic()
-        progress(f"init ({mode})")
-        hvd.init(hierarchical_allreduce=mode, hierarchical_allgather=mode)
+        progress(f"init ({given})")
+        hvd.init(hierarchical_allreduce=given, hierarchical_allgather=given)
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
         size, rank = hvd.size(), hvd.rank()
-        hosts = hvd.allgather_object(socket.gethostname(), name=f"hosts.{mode}")
-        order = list(dict.fromkeys(hosts))  # nodes in order of their lowest rank
-        nodes = [[r for r in range(size) if hosts[r] == h] for h in order]
-        report = dict(rank=rank, size=size, host=hosts[rank], local_size=hvd.local_size(),
-                      cross_size=hvd.cross_size(), nodes=nodes)
+        # Every rank follows rank 0's settings (its own may differ: --modes per rank).
+        mode = world.bcast(given, root=0)
+        # Nodes as MPI (and kerashvd) see them, in order of their lowest rank: on one host
+        # with MPIR_CVAR_NUM_CLIQUES, the cliques.
+        local = world.Split_type(MPI.COMM_TYPE_SHARED)
+        leaders = world.allgather(local.bcast(rank, root=0))
+        local.Free()
+        nodes = [[r for r in range(size) if leaders[r] == k] for k in sorted(set(leaders))]
+        report = dict(rank=rank, size=size, host=socket.gethostname(),
+                      local_size=hvd.local_size(), cross_size=hvd.cross_size(), nodes=nodes,
+                      modes=report.get("modes", []) + [mode])
         progress(f"battery ({mode})")
         results = battery(hvd, tf, checks, list(range(size)), nodes, None, mode, "world")
         results.update(joined(hvd, tf, checks, mode, nodes))
@@ -248,7 +260,7 @@ def main():
                 ps = hvd.add_process_set(ranks)
                 if rank in ranks:
                     set_nodes = [[ranks.index(r) for r in k if r in ranks] for k in nodes]
-                    set_nodes = [k for k in set_nodes if k]
+                    set_nodes = sorted((k for k in set_nodes if k), key=min)
                     results.update(battery(hvd, tf, checks, ranks, set_nodes, ps, mode,
                                            f"set{ranks}", ("float32", "float16", "int32")))
                 hvd.remove_process_set(ps)
@@ -257,6 +269,7 @@ def main():
         hvd.shutdown()
         seconds[mode] = round(time.monotonic() - started, 1)
     # Exact results are the same bits in every mode; float sums too where asked.
+    modes = list(by_mode)
     for mode in modes[1:]:
         for name, (value, exact, hier) in by_mode[modes[0]].items():
             # Two results of the same algorithm are the same bits, too.
