@@ -23,6 +23,14 @@ void RegisterLinkModel(py::module_& m) {
     out["algorithm"] = FlatAlgorithmName(setting.algorithm);
     return out;
   });
+  // MPI control variable `name` as text ("" where set so), or None where MPI has none such:
+  // what the benchmark prints about MPI's own algorithms.
+  m.def("mpi_control_variable", [](const std::string& name) -> py::object {
+    bool found = false;
+    const std::string text = ReadMpiControlVariable(name, &found);
+    if (!found) return py::none();
+    return py::str(text);
+  });
   // Which path an allreduce of `count` elements (`nbytes` bytes as the backend sees them:
   // float16/bfloat16 widened to float32) takes with hierarchical_allreduce=`mode` ("auto",
   // "on", "off"), ranks on nodes `node_of` and this process's MPI setting; `predefined_op`:

@@ -8,7 +8,7 @@
 namespace kerashvd {
 namespace python {
 
-// Adds flat_allreduce_algorithm() and allreduce_path(...) to `m`.
+// Adds flat_allreduce_algorithm(), mpi_control_variable(name) and allreduce_path(...) to `m`.
 void RegisterLinkModel(pybind11::module_& m);
 
 }  // namespace python

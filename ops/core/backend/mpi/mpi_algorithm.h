@@ -21,7 +21,11 @@ struct MpiAllreduceSetting {
   FlatAlgorithm algorithm = FlatAlgorithm::kUnknown;
 };
 
-// Reads this process's setting (MPI initialized). Local: no communication.
+// Reads this process's setting. Local: no communication; works before MPI_Init too.
 MpiAllreduceSetting ReadMpiAllreduceSetting();
+
+// The value of MPI control variable `name` as text (an integer, an enumeration's item name or
+// a string), or "" with *found false where the library has none such.
+std::string ReadMpiControlVariable(const std::string& name, bool* found);
 
 }  // namespace kerashvd
