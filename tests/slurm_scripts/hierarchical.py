@@ -6,11 +6,18 @@
 
 - every result against numpy: integers and Min/Max exactly; float sums and products exactly
   against the order the hierarchical algorithm adds in where it runs (within each node in
-  local-rank order, then across the nodes), else within rounding;
+  local-rank order, then across the nodes in node order), else within rounding; which path an
+  allreduce takes (in auto: the engine's rule, asked through ``kerashvd._core.allreduce_path``)
+  is decided here as the engine decides it;
 - every exact reduction (integers, Min, Max) and every allgather bit for bit equal in every
-  mode, and with ``--float-sums-equal-flat`` float sums, products and averages too;
+  mode, two results of the same path too, and with ``--float-sums-equal-flat`` float sums,
+  products and averages as well;
 - the largest tensor of a grouped (fused) allreduce bit for bit equal to the same tensor
   reduced alone.
+
+Nodes are what MPI calls them (``MPI_COMM_TYPE_SHARED``), so on one host MPICH's cliques
+(``MPIR_CVAR_NUM_CLIQUES``) stand for nodes. Every rank follows rank 0's settings: ranks may be
+given different ``--modes`` (of the same length), and all check rank 0's.
 
 Per mode: Sum, Average, Min, Max and Product of every reducible dtype at 0, 1, 7 and 2**15 + 3
 elements (one grouped call, plus the largest alone), prescale/postscale, allgather (member i
@@ -20,8 +27,9 @@ sets {0, 1, 2} and {0, 2}: on 2 nodes x 2 ranks in blocks, nodes of 2 + 1 and 1 
 with ranks placed cyclically, 2 + 1 in another order than the nodes' and one node.
 
 Prints one JSON line: rank, size, host, local/cross sizes, ``nodes`` (the ranks of each node),
-``seconds`` (to start, and for each mode), the number of checks made and the failures ([] when all hold). Exits with code 0 either way;
-the test reads the failures.
+``modes`` (rank 0's, as run), ``seconds`` (to start, and for each mode), the number of checks
+made and the failures ([] when all hold). Exits with code 0 either way; the test reads the
+failures.
 """
 
 import argparse

@@ -63,14 +63,22 @@ std::vector<Round> ReduceScatterAllgather(int p) {
   return rounds;
 }
 
-std::vector<Round> Ring(int p) {
-  std::vector<Round> rounds;
-  for (int step = 0; step < 2 * (p - 1); ++step) {
-    Round round;
-    for (int r = 0; r < p; ++r) round.push_back({r, (r + 1) % p, 1.0 / p});
-    rounds.push_back(round);
+// Ring: 2(p-1) rounds alike, in each of which every rank sends S/p to rank+1; counted once
+// (p messages, not 2p(p-1)).
+double RingTime(const std::vector<int>& node_of) {
+  const int p = static_cast<int>(node_of.size());
+  if (p < 2) return 0.0;
+  const int nodes = *std::max_element(node_of.begin(), node_of.end()) + 1;
+  std::vector<double> out(nodes, 0.0), in(nodes, 0.0);
+  for (int r = 0; r < p; ++r) {
+    const int next = node_of[(r + 1) % p];
+    if (next == node_of[r]) continue;
+    out[node_of[r]] += 1.0 / p;
+    in[next] += 1.0 / p;
   }
-  return rounds;
+  double longest = 0;
+  for (int k = 0; k < nodes; ++k) longest = std::max({longest, out[k], in[k]});
+  return 2.0 * (p - 1) * longest;
 }
 
 // k-ary tree rooted at 0 (parent of r: (r-1)/k): one round per level, up then down.
@@ -137,7 +145,7 @@ double FlatLinkTime(FlatAlgorithm algorithm, const std::vector<int>& node_of, in
     case FlatAlgorithm::kRecursiveDoubling: return TimeOf(RecursiveDoubling(p), node_of);
     case FlatAlgorithm::kReduceScatterAllgather:
       return TimeOf(ReduceScatterAllgather(p), node_of);
-    case FlatAlgorithm::kRing: return TimeOf(Ring(p), node_of);
+    case FlatAlgorithm::kRing: return RingTime(node_of);
     case FlatAlgorithm::kTree: return TimeOf(Tree(p, tree_k), node_of);
     case FlatAlgorithm::kSmp: {
       // The leaders, one a node, run MPICH's default for a large allreduce among themselves.
@@ -181,8 +189,13 @@ LinkModel::LinkModel(LinkModelInputs inputs) : in_(std::move(inputs)) {
   std::vector<int> per_node(num_nodes_, 0);
   for (int k : in_.node_of) largest_node_ = std::max(largest_node_, ++per_node[k]);
   hierarchical_time_ = HierarchicalLinkTime(num_nodes_);
-  for (int a = 0; a <= static_cast<int>(FlatAlgorithm::kSmp); ++a)
-    flat_time_.push_back(FlatLinkTime(static_cast<FlatAlgorithm>(a), in_.node_of, in_.tree_k));
+  // The algorithms this allreduce can take: MPICH's default picks one of two per call.
+  flat_time_.assign(static_cast<int>(FlatAlgorithm::kSmp) + 1, -1.0);
+  std::vector<FlatAlgorithm> used{in_.algorithm};
+  if (in_.algorithm == FlatAlgorithm::kMpichDefault)
+    used = {FlatAlgorithm::kRecursiveDoubling, FlatAlgorithm::kReduceScatterAllgather};
+  for (FlatAlgorithm a : used)
+    flat_time_[static_cast<int>(a)] = FlatLinkTime(a, in_.node_of, in_.tree_k);
 }
 
 FlatAlgorithm LinkModel::Resolve(int64_t bytes, int64_t count, bool builtin_op) const {

@@ -94,7 +94,7 @@ class LinkModel {
   LinkModelInputs in_;
   int num_nodes_ = 0, largest_node_ = 0;
   double hierarchical_time_ = 0;
-  std::vector<double> flat_time_;  // by FlatAlgorithm, -1 where not modelled
+  std::vector<double> flat_time_;  // by FlatAlgorithm; -1 where not modelled or not used
 };
 
 // Link time (units of S / B) of `algorithm` on ranks placed on nodes as `node_of` says; -1 for

@@ -51,13 +51,10 @@ class MpiBackend : public Backend {
   // Node by node (mpi_hierarchical.cc); only where hierarchy_ says so.
   Status HierarchicalAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
                                const ReduceOptions& options);
-  Status ReduceWithin(const void* send, const std::vector<MPI_Count>& owned,
-                      const std::vector<MPI_Aint>& at, int size, int me, MPI_Datatype type,
-                      MPI_Op op, int64_t width, char* out);
-  Status AllreduceAcross(char* shard, MPI_Count n, MPI_Datatype type, MPI_Op op, int64_t width,
-                         MPI_Comm comm, int node, int nodes);
-  static Status ReduceCopies(const char* copies, int parts, MPI_Count n, MPI_Datatype type,
-                             MPI_Op op, int64_t width, char* out);
+  Status ReduceScatterInOrder(const void* send, const std::vector<MPI_Count>& counts,
+                              const std::vector<MPI_Aint>& at, int me, MPI_Comm comm,
+                              MPI_Datatype type, MPI_Op op, int64_t width, char* out,
+                              const std::string& what);
   Status HierarchicalAllgatherv(const void* send, void* recv,
                                 const std::vector<int64_t>& recv_bytes);
   Status Finish(int rc, MPI_Request* request, const char* what);

@@ -77,7 +77,8 @@ Status MpiBackend::HierarchicalAllreduce(const void* send, void* recv, int64_t c
   std::vector<MPI_Count> shard;
   std::vector<MPI_Aint> shard_at;
   Split(count, nodes.shards(), &shard, &shard_at);
-  // 1. Within the node: local rank i gets every copy of its shards' elements, [at[i], at[i+1]).
+  // 1. Within the node: local rank i reduces every copy of its shards' elements [at[i],
+  // at[i+1]).
   std::vector<MPI_Count> owned(size);
   std::vector<MPI_Aint> at(size + 1);
   for (int i = 0; i <= size; ++i) {
@@ -87,80 +88,62 @@ Status MpiBackend::HierarchicalAllreduce(const void* send, void* recv, int64_t c
   if (size == 1) {
     if (send != recv) std::memcpy(recv, send, count * width);
   } else {
-    KERASHVD_RETURN_IF_ERROR(ReduceWithin(send, owned, at, size, me, type, op, width, out));
+    KERASHVD_RETURN_IF_ERROR(ReduceScatterInOrder(send, owned, at, me, nodes.local(), type, op,
+                                                  width, out, "hierarchical allreduce"));
   }
-  // 2-3. Across the nodes, one shard at a time.
+  // 2-3. Across the nodes, one shard at a time: block k of the shard is reduced by node k's
+  // owner, then the blocks are gathered back.
   const auto [first, last] = nodes.ShardsOf(me);
-  for (int j = first; j < last; ++j)
-    KERASHVD_RETURN_IF_ERROR(AllreduceAcross(out + shard_at[j] * width, shard[j], type, op,
-                                             width, nodes.shard_comm(j), nodes.node(),
-                                             nodes.num_nodes()));
+  MPI_Request request;
+  for (int j = first; j < last; ++j) {
+    char* mine = out + shard_at[j] * width;
+    std::vector<MPI_Count> block;
+    std::vector<MPI_Aint> block_at;
+    Split(shard[j], nodes.num_nodes(), &block, &block_at);
+    KERASHVD_RETURN_IF_ERROR(ReduceScatterInOrder(mine, block, block_at, nodes.node(),
+                                                  nodes.shard_comm(j), type, op, width, mine,
+                                                  "hierarchical allreduce, across"));
+    KERASHVD_RETURN_IF_ERROR(
+        Finish(MPI_Iallgatherv_c(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, mine, block.data(),
+                                 block_at.data(), type, nodes.shard_comm(j), &request),
+               &request, "MPI_Iallgatherv (hierarchical allreduce, across)"));
+  }
   if (size == 1) return Status::Ok();
   // 4. Every shard to every local rank.
-  MPI_Request request;
   return Finish(MPI_Iallgatherv_c(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, owned.data(),
                                   at.data(), type, nodes.local(), &request),
                 &request, "MPI_Iallgatherv (hierarchical allreduce)");
 }
 
-// Step 1: an alltoall within the node hands local rank `me` every local rank's copy of its
-// elements [at[me], at[me] + owned[me]), which it reduces in local-rank order into `out`.
-// `send` has been read when the alltoall completes, so `out` may be the same buffer.
-Status MpiBackend::ReduceWithin(const void* send, const std::vector<MPI_Count>& owned,
-                                const std::vector<MPI_Aint>& at, int size, int me,
-                                MPI_Datatype type, MPI_Op op, int64_t width, char* out) {
-  const MPI_Count n = owned[me];
-  std::vector<MPI_Count> mine_counts(size, n);
-  std::vector<MPI_Aint> mine_at(size);
-  for (int i = 0; i < size; ++i) mine_at[i] = i * n;
-  char* copies = static_cast<char*>(scratch_.Reserve(std::max<int64_t>(1, size * n * width)));
+// Member i of `comm` owns the counts[i] elements at at[i] of every member's `send`: an
+// alltoall hands this rank (member `me`) every member's copy of its elements, which it
+// reduces in member order, ((x0 op x1) op x2) op ..., into the same place of `out`. `send`
+// has been read when the alltoall completes, so `out` may be the same buffer.
+Status MpiBackend::ReduceScatterInOrder(const void* send, const std::vector<MPI_Count>& counts,
+                                        const std::vector<MPI_Aint>& at, int me, MPI_Comm comm,
+                                        MPI_Datatype type, MPI_Op op, int64_t width, char* out,
+                                        const std::string& what) {
+  const int members = static_cast<int>(counts.size());
+  const MPI_Count n = counts[me];
+  std::vector<MPI_Count> mine_counts(members, n);
+  std::vector<MPI_Aint> mine_at(members);
+  for (int i = 0; i < members; ++i) mine_at[i] = i * n;
+  char* copies = static_cast<char*>(scratch_.Reserve(std::max<int64_t>(1, members * n * width)));
   if (!copies)
-    return Status::Internal("cannot allocate " + std::to_string(size * n * width) +
-                            " bytes for a hierarchical allreduce");
+    return Status::Internal("cannot allocate " + std::to_string(members * n * width) +
+                            " bytes for a " + what);
+  const std::string call = "MPI_Ialltoallv (" + what + ")";
   MPI_Request request;
-  KERASHVD_RETURN_IF_ERROR(Finish(MPI_Ialltoallv_c(send, owned.data(), at.data(), type, copies,
+  KERASHVD_RETURN_IF_ERROR(Finish(MPI_Ialltoallv_c(send, counts.data(), at.data(), type, copies,
                                                    mine_counts.data(), mine_at.data(), type,
-                                                   mpi_->nodes()->local(), &request),
-                                  &request, "MPI_Ialltoallv (hierarchical allreduce)"));
-  return ReduceCopies(copies, size, n, type, op, width, out + at[me] * width);
-}
-
-// Steps 2-3 for one shard of `n` elements at `shard`, among its owners on `nodes` nodes
-// (`comm`, where this rank is node `node`): block k of the shard is reduced by node k's owner
-// from every node's copy, in node order, and the blocks are gathered back.
-Status MpiBackend::AllreduceAcross(char* shard, MPI_Count n, MPI_Datatype type, MPI_Op op,
-                                   int64_t width, MPI_Comm comm, int node, int nodes) {
-  std::vector<MPI_Count> block;
-  std::vector<MPI_Aint> block_at;
-  Split(n, nodes, &block, &block_at);
-  const MPI_Count mine = block[node];
-  std::vector<MPI_Count> mine_counts(nodes, mine);
-  std::vector<MPI_Aint> mine_at(nodes);
-  for (int k = 0; k < nodes; ++k) mine_at[k] = k * mine;
-  char* copies = static_cast<char*>(scratch_.Reserve(std::max<int64_t>(1, nodes * mine * width)));
-  if (!copies)
-    return Status::Internal("cannot allocate " + std::to_string(nodes * mine * width) +
-                            " bytes for a hierarchical allreduce");
-  MPI_Request request;
-  KERASHVD_RETURN_IF_ERROR(Finish(MPI_Ialltoallv_c(shard, block.data(), block_at.data(), type,
-                                                   copies, mine_counts.data(), mine_at.data(),
-                                                   type, comm, &request),
-                                  &request, "MPI_Ialltoallv (hierarchical allreduce, across)"));
-  KERASHVD_RETURN_IF_ERROR(
-      ReduceCopies(copies, nodes, mine, type, op, width, shard + block_at[node] * width));
-  return Finish(MPI_Iallgatherv_c(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, shard, block.data(),
-                                  block_at.data(), type, comm, &request),
-                &request, "MPI_Iallgatherv (hierarchical allreduce, across)");
-}
-
-// `out` = copies[0] op copies[1] op ... op copies[parts-1], in that order (each of n elements).
-Status MpiBackend::ReduceCopies(const char* copies, int parts, MPI_Count n, MPI_Datatype type,
-                                MPI_Op op, int64_t width, char* out) {
+                                                   comm, &request),
+                                  &request, call.c_str()));
   if (n == 0) return Status::Ok();
-  std::memcpy(out, copies, n * width);
-  for (int j = 1; j < parts; ++j)
+  char* result = out + at[me] * width;
+  std::memcpy(result, copies, n * width);
+  for (int i = 1; i < members; ++i)
     KERASHVD_RETURN_IF_ERROR(MpiStatus(
-        MPI_Reduce_local_c(copies + j * n * width, out, n, type, op), "MPI_Reduce_local"));
+        MPI_Reduce_local_c(copies + i * n * width, result, n, type, op), "MPI_Reduce_local"));
   return Status::Ok();
 }
 
