@@ -96,13 +96,14 @@ def test_every_rank_follows_rank_0s_settings():
     different collectives and the job would hang."""
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     env = dict(os.environ, **RANK_ENV)
+    args = ["--dtypes", "float32,int32", "--modes"]
     proc = subprocess.run([mpiexec, "-genv", "MPIR_CVAR_NUM_CLIQUES", "2",
-                           "-n", "1", sys.executable, SCRIPT, "--modes", "on", ":",
-                           "-n", "3", sys.executable, SCRIPT, "--modes", "off"],
+                           "-n", "1", sys.executable, SCRIPT, *args, "on", ":",
+                           "-n", "3", sys.executable, SCRIPT, *args, "off"],
                           env=env, capture_output=True, text=True, timeout=300)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-5000:]
-    reports = _reports(proc.stdout, 4, min_checks=200)  # one mode: fewer checks
+    reports = _reports(proc.stdout, 4, min_checks=60)  # one mode, two dtypes: fewer checks
     assert {json.dumps(r["nodes"]) for r in reports} == {"[[0, 2], [1, 3]]"}, reports
     assert all(r["modes"] == ["on"] for r in reports), reports
     # Ranks 1-3 say that they follow rank 0, for the world and for the set {0, 1, 2}.

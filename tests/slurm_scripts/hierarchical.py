@@ -1,6 +1,6 @@
 """One rank of tests/test_hierarchical.py: the same collectives flat and node by node.
 
-``python hierarchical.py [--modes off,on,auto] [--float-sums-equal-flat]``: runs
+``python hierarchical.py [--modes off,on,auto] [--dtypes ...] [--float-sums-equal-flat]``: runs
 :func:`battery` once per mode in one process, with ``hierarchical_allreduce`` and
 ``hierarchical_allgather`` set to it (``hvd.init``/``hvd.shutdown`` in between), and checks:
 
@@ -222,6 +222,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--float-sums-equal-flat", action="store_true",
                         help="also require float sums and products bitwise equal to flat")
+    parser.add_argument("--dtypes", default=",".join(REDUCIBLE),
+                        help="the reducible dtypes to check (default: all)")
     parser.add_argument("--modes", default=",".join(MODES),
                         help="the settings to run, the first one being the reference (every "
                              "rank follows rank 0's, which must be distinct)")
@@ -261,7 +263,9 @@ def main():
                       local_size=hvd.local_size(), cross_size=hvd.cross_size(), nodes=nodes,
                       modes=report.get("modes", []) + [mode])
         progress(f"battery ({mode})")
-        results = battery(hvd, tf, checks, list(range(size)), nodes, None, mode, "world")
+        dtypes = args.dtypes.split(",")
+        results = battery(hvd, tf, checks, list(range(size)), nodes, None, mode, "world",
+                          dtypes)
         results.update(joined(hvd, tf, checks, mode, nodes))
         if size == 4:
             for ranks in ([0, 1, 2], [0, 2]):
@@ -270,7 +274,9 @@ def main():
                     set_nodes = [[ranks.index(r) for r in k if r in ranks] for k in nodes]
                     set_nodes = sorted((k for k in set_nodes if k), key=min)
                     results.update(battery(hvd, tf, checks, ranks, set_nodes, ps, mode,
-                                           f"set{ranks}", ("float32", "float16", "int32")))
+                                           f"set{ranks}",
+                                           [d for d in ("float32", "float16", "int32")
+                                            if d in dtypes]))
                 hvd.remove_process_set(ps)
         by_mode[mode] = results
         progress(f"shutdown ({mode})")
