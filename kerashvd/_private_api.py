@@ -88,6 +88,37 @@ def inside_xla_function():
     return get_context() is not None
 
 
+# -- collectives in tf.function ----------------------------------------------------------
+
+def register_async_collectives(op_types):
+    """Lets ``tf.function`` start the stateful ops ``op_types`` in any order, as TensorFlow's
+    own collectives (ops/tf/kernels.h says why kerashvd's are stateful).
+
+    Internal: ``tensorflow.python.framework.auto_control_deps.ASYNC_STATEFUL_OPS``, the op
+    types that automatic control dependencies neither order nor add to a function's control
+    outputs (TensorFlow's ``CollectiveReduce``, ``NcclAllReduce``, ...). Public alternative
+    considered: none; an op that is not stateful is constant-folded and pruned by TensorFlow.
+
+    Raises:
+        PrivateApiError: when the set is gone.
+    """
+    from tensorflow.python.framework import auto_control_deps  # lazy: imports TensorFlow
+
+    known = getattr(auto_control_deps, "ASYNC_STATEFUL_OPS", None)
+    if not isinstance(known, frozenset):
+        raise _missing("tensorflow.python.framework.auto_control_deps.ASYNC_STATEFUL_OPS",
+                       "kerashvd/runtime/_op_library.py",
+                       "let tf.function run independent collectives at the same time")
+    auto_control_deps.ASYNC_STATEFUL_OPS = known | frozenset(op_types)
+
+
+def async_collectives():
+    """The op types :func:`register_async_collectives` has registered so far (and TF's)."""
+    from tensorflow.python.framework import auto_control_deps  # lazy: imports TensorFlow
+
+    return getattr(auto_control_deps, "ASYNC_STATEFUL_OPS", frozenset())
+
+
 # -- SyncBatchNormalization --------------------------------------------------------------
 
 def batch_norm_statistics_method(keras, uses_tf_keras):
