@@ -83,6 +83,39 @@ def test_register_async_collectives():
           "kerashvd/runtime/_op_library.py", "keep tf.function from ordering collectives")
 
 
+def test_traced_function():
+    import tensorflow as tf
+
+    assert _call(_private_api.traced_function) is None  # eagerly
+    seen = []
+
+    def record():
+        graph, name = _call(_private_api.traced_function)
+        seen.append((name, graph))
+        return tf.constant(0.0)
+
+    @tf.function
+    def outer(x):
+        record()
+        tf.cond(x > 0, record, record)
+        for _ in tf.range(2):
+            record()
+        return inner(x)
+
+    @tf.function
+    def inner(x):
+        record()
+        return x
+
+    outer(tf.constant(1.0))
+    _hook([name for name, _ in seen] == ["outer"] * 4 + ["inner"],
+          "FuncGraph.name / .outer_graph and the control flow graphs' class names",
+          "kerashvd/collectives/_names.py", "name unnamed collectives by their tf.function")
+    assert len({id(graph) for _, graph in seen[:4]}) == 1 and seen[4][1] is not seen[0][1]
+    with tf.Graph().as_default():
+        assert _call(_private_api.traced_function) is None  # a TF1 graph
+
+
 def test_batch_norm_statistics_method_and_reduction_axes():
     from kerashvd.training.keras_compat import USES_TF_KERAS, keras
 

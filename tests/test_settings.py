@@ -162,3 +162,12 @@ def test_keywords_take_numpy_numbers_and_paths(build, tmp_path):
 def test_numbers_beyond_int64_mean_no_limit(build):
     assert float(build("fusion_threshold_bytes", fusion_threshold_bytes=1e20)) >= 2**63 - 1024
     assert float(build("timeline_max_mb", {"KERASHVD_TIMELINE_MAX_MB": "1e30"})) > 8e12
+
+
+def test_a_stall_ends_by_default(build):
+    """A collective that some ranks never submit stops kerashvd on every rank after 10 minutes
+    unless told otherwise (tests/test_errors_multiprocess.py shows it firing): longer than
+    any healthy wait, and never for ever."""
+    row = ROWS["stall_shutdown_seconds"]
+    assert row["default"] == "600" and build("stall_shutdown_seconds") == "600", row
+    assert "0: never" in row["help"], row

@@ -14,6 +14,18 @@ bool TestBit(const std::vector<uint64_t>& bits, int32_t slot) {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// Whether some ranks submitted an allgather and others an allreduce under one name.
+template <typename Pending>
+bool GathersAgainstReduces(const Pending& pending) {
+  bool gather = false, reduce = false;
+  for (size_t r = 0; r < pending.by_rank.size(); ++r) {
+    if (!pending.submitted[r]) continue;
+    gather = gather || pending.by_rank[r].op_type == OpType::kAllgather;
+    reduce = reduce || pending.by_rank[r].op_type == OpType::kAllreduce;
+  }
+  return gather && reduce;
+}
+
 // A cached slot set by some ranks but not all for this long is sent back to full negotiation.
 constexpr double kPartialEvictSeconds = 1.0;
 
@@ -132,6 +144,9 @@ Response Coordinator::DecideOne(const std::string& name, const Pending& pending)
     msg << " Every rank must submit the same " << field
         << " for a tensor name. Check that each rank builds the same model and calls the same "
            "collectives in the same order with matching arguments.";
+    if (field == "collective" && GathersAgainstReduces(pending))
+      msg << " (An allreduce of sparse values, tf.IndexedSlices, runs as an allgather: pass "
+             "the same kind of tensor on every rank, or densify it, e.g. sparse_as_dense=True.)";
     response.kind = Response::Kind::kError;
     response.error = msg.str();
     return response;

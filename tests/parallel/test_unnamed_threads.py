@@ -1,12 +1,14 @@
-"""Unnamed collectives issued by several Python threads at the same time.
+"""Unnamed collectives: from several Python threads at the same time, and in traced functions.
 
-Ranks match an unnamed collective by an automatic name: a per-kind call counter. Two threads
-interleave their calls differently on each rank, so one shared counter would pair thread a's
-call on rank 0 with thread b's call on rank 1 and return wrong sums without any error. The
-counters are therefore kept per thread (the main thread's, and one per thread name for the
-others), and two live threads with the same name that issue unnamed collectives get an error
-asking for name=. So do unnamed collectives from a thread pool or from a thread
-with Python's default name (kerashvd/collectives/_names.py says why).
+Ranks match an unnamed collective by an automatic name (kerashvd/collectives/_names.py).
+Eagerly it is a call counter. Two threads interleave their calls differently on each rank, so
+one shared counter would pair thread a's call on rank 0 with thread b's call on rank 1 and
+return wrong sums without any error. The counters are therefore kept per thread (the main
+thread's, and one per thread name for the others), and two live threads with the same name
+that issue unnamed collectives get an error asking for name=. So do unnamed collectives from a
+thread pool or from a thread with Python's default name. Inside a tf.function the name is the
+function's and the call's place in its trace, so a rank that retraces (a partial last batch)
+still agrees with the others.
 """
 
 import threading
@@ -174,3 +176,58 @@ def test_unnamed_collectives_from_a_default_named_thread_are_refused(hvd):
     thread.join(timeout=60)
     assert float(results[0]) == 2.0 * hvd.size()
     assert float(hvd.allreduce(tf.constant(1.0), op=hvd.Sum)) == hvd.size()
+
+
+def test_unnamed_collectives_in_a_function_that_one_rank_retraces(hvd):
+    """A custom training loop over a dataset with drop_remainder=False: rank 0's last batch is
+    partial, so only rank 0 retraces the step; the eager calls around it and the later steps
+    still pair. Nested functions and tf.cond branches name their collectives alike."""
+    n, r = hvd.size(), hvd.rank()
+
+    @tf.function
+    def inner(x):
+        return hvd.allreduce(tf.reduce_sum(x), op=hvd.Sum)
+
+    @tf.function
+    def step(x):
+        total = hvd.allreduce(tf.reduce_sum(x), op=hvd.Sum)
+        rows = hvd.allgather(tf.shape(x)[:1])
+        branch = tf.cond(total > 0, lambda: hvd.allreduce(x[:1], op=hvd.Max),
+                         lambda: hvd.allreduce(-x[:1], op=hvd.Max))
+        return total, rows, branch, inner(x)
+
+    batches = [4, 4, 3, 4] if r == 0 else [4, 4, 4, 4]
+    for i, size in enumerate(batches):
+        x = tf.ones([size]) * (r + 1)
+        total, rows, branch, nested = step(x)
+        sizes = [3 if (q == 0 and i == 2) else 4 for q in range(n)]
+        expected = sum((q + 1.0) * sizes[q] for q in range(n))
+        assert float(total) == expected and float(nested) == expected, (i, total, nested)
+        assert rows.numpy().tolist() == sizes, (i, rows)
+        assert branch.numpy().tolist() == [float(n)], (i, branch)
+        # An eager unnamed call between steps pairs too (traces do not count eagerly).
+        assert float(hvd.allreduce(tf.constant(1.0), op=hvd.Sum)) == n
+    assert step.experimental_get_tracing_count() == (2 if r == 0 else 1)
+
+
+def test_one_function_per_thread_keeps_the_threads_apart(hvd):
+    """Each of two named threads traces its own tf.function of one Python function: their
+    collectives are named after the thread, so they run at the same time without meeting."""
+    n, r = hvd.size(), hvd.rank()
+    results = {}
+
+    def body(x):
+        return hvd.allreduce(x, op=hvd.Sum)
+
+    def work(tag, base):
+        def run():
+            step = tf.function(body)
+            results[tag] = [float(step(tf.constant(base + i + r))) for i in range(20)]
+        return run
+
+    errors = _run_threads([("kerashvd.test.fn.a", work("a", 0.0)),
+                           ("kerashvd.test.fn.b", work("b", 1000.0))])
+    assert not errors, errors
+    ranks_sum = n * (n - 1) / 2
+    for tag, base in (("a", 0.0), ("b", 1000.0)):
+        assert results[tag] == [n * (base + i) + ranks_sum for i in range(20)], tag
