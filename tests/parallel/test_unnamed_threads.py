@@ -41,17 +41,24 @@ def _run_threads(targets):
     return errors
 
 
-def test_unnamed_allreduces_from_two_threads_are_correct(hvd):
+@pytest.mark.parametrize("where", ["eager", "tf.function per thread"])
+def test_unnamed_allreduces_from_two_threads_are_correct(hvd, where):
+    """Eagerly, and with a tf.function of one Python function per thread (each thread traces
+    its own): the names carry the thread's name, so the threads' calls never meet."""
     n, r = hvd.size(), hvd.rank()
     results = {}
 
+    def body(x):
+        return hvd.allreduce(x, op=hvd.Sum)
+
     def work(tag, base):
         def run():
+            reduce = body if where == "eager" else tf.function(body)
             got = []
             for i in range(CALLS):
                 # Every rank adds its rank, so each call's sum is unique to (thread, call).
                 x = tf.constant([base + i, float(r)])
-                got.append(hvd.allreduce(x, op=hvd.Sum).numpy())
+                got.append(reduce(x).numpy())
             results[tag] = got
         return run
 
@@ -208,26 +215,3 @@ def test_unnamed_collectives_in_a_function_that_one_rank_retraces(hvd):
         # An eager unnamed call between steps pairs too (traces do not count eagerly).
         assert float(hvd.allreduce(tf.constant(1.0), op=hvd.Sum)) == n
     assert step.experimental_get_tracing_count() == (2 if r == 0 else 1)
-
-
-def test_one_function_per_thread_keeps_the_threads_apart(hvd):
-    """Each of two named threads traces its own tf.function of one Python function: their
-    collectives are named after the thread, so they run at the same time without meeting."""
-    n, r = hvd.size(), hvd.rank()
-    results = {}
-
-    def body(x):
-        return hvd.allreduce(x, op=hvd.Sum)
-
-    def work(tag, base):
-        def run():
-            step = tf.function(body)
-            results[tag] = [float(step(tf.constant(base + i + r))) for i in range(20)]
-        return run
-
-    errors = _run_threads([("kerashvd.test.fn.a", work("a", 0.0)),
-                           ("kerashvd.test.fn.b", work("b", 1000.0))])
-    assert not errors, errors
-    ranks_sum = n * (n - 1) / 2
-    for tag, base in (("a", 0.0), ("b", 1000.0)):
-        assert results[tag] == [n * (base + i) + ranks_sum for i in range(20)], tag
