@@ -33,10 +33,12 @@ def _with_unit(value, unit):
 
 
 def _flag(row):
-    if "on" in row:  # a switch or mode: --NAME / --no-NAME
+    """The flag as ``kerashvdrun --help`` shows it (kerashvd/launcher/engine_flags.py)."""
+    if "on" in row:  # a switch or a mode: --NAME sets "on", --no-NAME "off"
         name = row["flag"].lstrip("-")
-        return f"`--{name}` / `--no-{name}`" + (" or `--{name} MODE`" if row["kind"] == "mode" else "")
-    return f"`{row['flag']} {(row['flag_unit'] or 'value').upper()}`"
+        return f"`--{name}` / `--no-{name}`"
+    value = row["flag_unit"] or ("PATH" if row["kind"] == "path" else "N")
+    return f"`{row['flag']} {value.upper()}`"
 
 
 def settings_table(rows):
