@@ -253,8 +253,8 @@ def latest_checkpoint(dirname, *, root_rank=0, broadcast=True, required=False):
         ValueError: the record is corrupt (the message names it and what to do).
         FileNotFoundError: the record names a model file that is missing; with
             ``required=True`` also when ``dirname`` does not exist or holds no record (the
-            message names the directory).
-        With ``broadcast``, every rank raises the error ``root_rank`` met.
+            message names the directory). With ``broadcast``, every rank raises the error
+            ``root_rank`` met.
 
     Example:
 

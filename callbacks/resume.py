@@ -64,7 +64,8 @@ def fit_resumable(model, dataset_fn, *, epochs, steps_per_epoch, initial_epoch=0
             ``epoch`` (0-based) from batch ``step`` on: a ``tf.data.Dataset`` of at least
             ``steps_per_epoch - step`` batches, in the same order for the same arguments in
             every process (see the module doc).
-        epochs, steps_per_epoch: as for ``fit``; ``steps_per_epoch`` is required.
+        epochs: as for ``fit``.
+        steps_per_epoch: as for ``fit``; required.
         initial_epoch: epochs already completed.
         initial_step: batches of epoch ``initial_epoch`` already trained (a checkpoint's
             ``step``); 0 starts at the epoch's beginning.

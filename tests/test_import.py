@@ -2,7 +2,7 @@
 
 It must not change the process for other libraries: no environment variable set, no import
 hook installed, no TensorFlow or Keras imported, no native library loaded. What used to happen
-at import happens at ``init()`` or first use (README, "How it works").
+at import happens at ``init()`` or first use (docs/how-it-works.md).
 """
 
 import json
@@ -67,8 +67,8 @@ def test_public_names_still_resolve_on_first_use():
 
 
 def test_documented_module_paths_are_the_moved_modules():
-    """The README names kerashvd.config and kerashvd.keras_compat; they are the very modules of
-    runtime/ and training/ (monkeypatching either patches both)."""
+    """The documentation names kerashvd.config and kerashvd.keras_compat; they are the very
+    modules of runtime/ and training/ (monkeypatching either patches both)."""
     code = ("import kerashvd.config, kerashvd.runtime.config, kerashvd.keras_compat\n"
             "import kerashvd.training.keras_compat\n"
             "print(kerashvd.config is kerashvd.runtime.config,"
@@ -101,7 +101,7 @@ def test_an_editable_install_imports_callbacks_from_the_checkout():
                                                       "progress.py")
 
 
-# -- the package's layers (README, "How it works") ----------------------------------------
+# -- the package's layers (docs/how-it-works.md) ---------------------------------------------
 LAYERS = ["runtime", "collectives", "training"]  # each may import the ones before it
 # The imports that go up a layer, each for a reason; anything else fails the test below.
 UPWARD = {

@@ -1,4 +1,5 @@
-"""The oldest TensorFlow and Keras kerashvd supports (README, "Supported releases"), tested.
+"""The oldest TensorFlow and Keras kerashvd supports (docs/getting-started.md, "Supported
+releases"), tested.
 
 The rest of the suite runs on the newest pair (the one ``pip install`` picks). ``.ci/run``
 also builds kerashvd in a second virtual environment holding the oldest pair (TensorFlow

@@ -159,7 +159,7 @@ def test_kerashvdrun_restarts_a_failed_job_inside_a_batch_script(slurm_cluster, 
 
 
 def template_job(cluster, tmp_path, template, *recipe_args, options=(), gres=True):
-    """Submits recipes/slurm/TEMPLATE from the repository root, as the README says.
+    """Submits recipes/slurm/TEMPLATE from the repository root, as docs/launching.md says.
 
     ``gres=False`` submits the GPU template without its GRES request, as on a cluster whose
     nodes have no GPUs.
@@ -213,7 +213,7 @@ def test_template_trains_the_quickstart(slurm_cluster, tmp_path, template):
 
 @pytest.mark.slow
 def test_cpu_template_trains_mnist(slurm_cluster, tmp_path, mnist_data_dir):
-    """The README's line, on the small tfds MNIST of tests/datasets."""
+    """The line of docs/recipes.md, on the small tfds MNIST of tests/datasets."""
     csv = tmp_path / "mnist.csv"
     state, log = template_job(slurm_cluster, tmp_path, "cpu.sbatch", "recipes/mnist.py",
                               "--tiny", "--data-dir", mnist_data_dir, "--log-csv", csv,

@@ -52,8 +52,9 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     """Returns ``root_rank``'s Python object on every rank (pickled with cloudpickle).
 
     Raises:
-        Whatever pickling raises, on the root, when ``obj`` cannot be pickled; the other
-        ranks then raise ``tf.errors.InvalidArgumentError`` naming the root and that error.
+        Exception: whatever pickling raises, on the root, when ``obj`` cannot be pickled;
+            the other ranks then raise ``tf.errors.InvalidArgumentError`` naming the root and
+            that error.
 
     Example:
 
@@ -81,8 +82,9 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's (every member's) Python object, in rank order.
 
     Raises:
-        Whatever pickling raises, on a rank whose ``obj`` cannot be pickled; the other ranks
-        then raise ``tf.errors.InvalidArgumentError`` naming that rank and its error.
+        Exception: whatever pickling raises, on a rank whose ``obj`` cannot be pickled; the
+            other ranks then raise ``tf.errors.InvalidArgumentError`` naming that rank and its
+            error.
 
     Example:
 

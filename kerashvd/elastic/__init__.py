@@ -16,7 +16,7 @@ hosts are lost and grows when hosts come, and training goes on from the last com
 
 Launch with ``kerashvdrun --min-np 2 --max-np 8 --host-discovery-script ./hosts.sh python
 train.py`` (or ``-H``, or inside a SLURM allocation). How worlds are replaced, and where this
-differs from Horovod, is in ``run.py`` and the README's "Elastic training".
+differs from Horovod, is in ``run.py`` and docs/elastic.md.
 
 Modules: ``state`` (:class:`State`, :class:`ObjectState`), ``keras_state``
 (:class:`TensorFlowKerasState`, :class:`KerasState`), ``callbacks`` (the three Keras

@@ -49,7 +49,8 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
             per row of the engine's table (``kerashvd.runtime.config.SETTINGS``: its variable, unit,
             default and help), e.g. ``cycle_time_ms=5``, ``fusion_threshold_bytes=0``,
             ``hierarchical_allreduce=True`` (``"auto"``, ``"on"`` or True, ``"off"`` or
-            False; see README "Many nodes"). ``kerashvdrun --help`` lists them as flags.
+            False; see docs/settings.md, "Hierarchical collectives"). ``kerashvdrun --help``
+            lists them as flags.
 
     Raises:
         ValueError: for an unknown setting or ``KERASHVD_*`` variable, or a bad value.

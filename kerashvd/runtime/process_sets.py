@@ -161,6 +161,7 @@ class _GlobalProcessSet(ProcessSet):
 
 
 global_process_set = _GlobalProcessSet()
+"""The process set of all ranks (id 0): every collective's default ``process_set``."""
 
 
 def add_process_set(process_set):
