@@ -17,7 +17,11 @@ from ..runtime.world import rank
 def broadcast_variables(variables, root_rank, name=None, process_set=global_process_set):
     """Assigns ``root_rank``'s values to ``variables`` on every rank.
 
-    Variables are grouped by dtype, one grouped broadcast per dtype.
+    Variables are grouped by dtype, one grouped broadcast per dtype. Eagerly (and inside a
+    ``tf.function``, which runs the assignments with the function) the values are assigned
+    when it returns. In TensorFlow 1 graph mode (building a ``tf.Graph`` for a
+    ``tf.compat.v1.Session``) it only adds ops to the graph, as Horovod's does: it returns the
+    op that broadcasts and assigns when the session runs it, on every rank.
 
     Args:
         variables: ``tf.Variable``/``keras.Variable`` objects, in the same order on every rank.
@@ -25,27 +29,48 @@ def broadcast_variables(variables, root_rank, name=None, process_set=global_proc
         name: a prefix for the collectives' names.
         process_set: the ranks that take part (default all); ``root_rank`` is a world rank.
 
+    Returns:
+        None when executing eagerly; otherwise the op (``tf.group`` of the assignments) that
+        ``sess.run`` must run.
+
     Example:
 
     >>> import kerashvd as hvd
     >>> v = tf.Variable(float(hvd.rank()))
     >>> hvd.broadcast_variables([v], root_rank=0); float(v.numpy())
     0.0
+    >>> with tf.Graph().as_default():  # TensorFlow 1 graph mode
+    ...     w = tf.compat.v1.get_variable("w", initializer=float(hvd.rank()))
+    ...     sync = hvd.broadcast_variables([w], root_rank=0)
+    ...     with tf.compat.v1.Session() as sess:
+    ...         sess.run(w.initializer); sess.run(sync); sess.run(w)
+    0.0
     """
+    assigned = _assign_broadcast(list(variables), root_rank, name, process_set,
+                                 "broadcast_variables")
+    if tf.executing_eagerly():
+        return None
+    return tf.group(*assigned)
+
+
+def _assign_broadcast(variables, root_rank, name, process_set, what):
+    """Assigns root's values to ``variables`` (see broadcast_variables); returns what each
+    ``assign`` returned, in the variables' order (in graph mode: the assigned values, which
+    run the broadcast and the assignment when a session evaluates them)."""
     _require_init()
-    variables = list(variables)
     by_dtype = {}
     for index, v in enumerate(variables):
         by_dtype.setdefault(tf.as_dtype(v.dtype).name, []).append(index)
-    prefix = _names.tensor_name("broadcast_variables", name,
-                                resolve(process_set, "broadcast_variables"))
+    prefix = _names.tensor_name(what, name, resolve(process_set, what))
+    assigned = [None] * len(variables)
     for dtype_name in sorted(by_dtype):
         indices = by_dtype[dtype_name]
         values = grouped_broadcast([tf.convert_to_tensor(variables[i]) for i in indices],
                                    root_rank, name=f"{prefix}.{dtype_name}",
                                    process_set=process_set)
         for i, value in zip(indices, values):
-            variables[i].assign(value)
+            assigned[i] = variables[i].assign(value)
+    return assigned
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
@@ -137,8 +162,13 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Horovod's in-place broadcast: assigns ``root_rank``'s values to ``variables``.
 
-    The same as :func:`broadcast_variables` (which also assigns in place); returns the
-    variables.
+    The same as :func:`broadcast_variables` (which also assigns in place). In TensorFlow 1
+    graph mode it returns the assigned values instead, as Horovod does: evaluating them in a
+    session broadcasts, assigns and gives root's values.
+
+    Returns:
+        The variables (eagerly and in a ``tf.function``); in graph mode, one tensor per
+        variable for ``sess.run``.
 
     Example:
 
@@ -148,5 +178,11 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     0.0
     """
     variables = list(variables)
-    broadcast_variables(variables, root_rank, name=name, process_set=process_set)
-    return variables
+    assigned = _assign_broadcast(variables, root_rank, name, process_set, "broadcast_")
+    return assigned if _graph_mode() else variables
+
+
+def _graph_mode():
+    """Whether ops go into a TensorFlow 1 graph for a session to run: neither eager nor a
+    ``tf.function`` (which runs what it holds, assignments included, when called)."""
+    return not tf.executing_eagerly() and not tf.inside_function()
