@@ -73,6 +73,7 @@ _LAZY = {
     "broadcast_object_fn": ".collectives.functions",
     "broadcast_": ".collectives.functions",
     "broadcast_variables": ".collectives.functions",
+    "broadcast_global_variables": ".collectives.functions",
     "start_timeline": ".timeline",
     "stop_timeline": ".timeline",
     "straggler_report": ".straggler",

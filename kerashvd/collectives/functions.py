@@ -136,8 +136,20 @@ def allgather_object(obj, name=None, process_set=global_process_set):
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
     """Returns a function ``fn(obj)`` that broadcasts ``obj`` from ``root_rank`` (Horovod's API).
 
-    Each call of ``fn`` is one :func:`broadcast_object` with its own name. ``session`` is
-    accepted for Horovod compatibility and must be None (there are no TF1 sessions here).
+    Eagerly, each call of ``fn`` is one :func:`broadcast_object` with its own name. In
+    TensorFlow 1 graph mode, or with a ``session``, the broadcast ops are built once in the
+    session's graph and each call runs them, as in Horovod.
+
+    Args:
+        root_rank: the rank whose object every rank gets.
+        session: a ``tf.compat.v1.Session`` (or any session with ``run`` and ``graph``, such
+            as a ``MonitoredSession``) to run the broadcasts with; default: eagerly, or in
+            graph mode the default session.
+        name: a prefix for the collectives' names.
+        process_set: the ranks that take part (default all); ``root_rank`` is a world rank.
+
+    Raises:
+        ValueError: for a ``session`` that is not a session, or in graph mode without one.
 
     Example:
 
@@ -146,10 +158,15 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
     >>> bcast({"seed": hvd.rank()})
     {'seed': 0}
     """
-    if session is not None:
-        raise ValueError("broadcast_object_fn(session=...) is for TensorFlow 1 sessions, which "
-                         "kerashvd does not support; leave session=None")
     prefix = _names.tensor_name("broadcast_object_fn", name, resolve(process_set, "broadcast_object_fn"))
+    if session is None and _graph_mode():
+        session = tf.compat.v1.get_default_session()
+        if session is None:
+            raise ValueError("broadcast_object_fn in TensorFlow 1 graph mode needs the session "
+                             "that runs it: pass session=sess, or call it inside "
+                             "`with sess.as_default():`")
+    if session is not None:
+        return _session_object_broadcast(root_rank, session, prefix, process_set)
     calls = iter(range(1 << 62))
 
     def fn(obj):
@@ -157,6 +174,76 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
                                 process_set=process_set)
 
     return fn
+
+
+def _session_object_broadcast(root_rank, session, prefix, process_set):
+    """broadcast_object_fn with a session: the size and the bytes are broadcast by two ops
+    built once in the session's graph, fed with this call's values. A root that cannot pickle
+    its object sends the size -1, so the other ranks raise instead of waiting for bytes."""
+    if not (callable(getattr(session, "run", None)) and hasattr(session, "graph")):
+        raise ValueError("broadcast_object_fn(session=...) takes a tf.compat.v1.Session (or a "
+                         f"session with run() and graph); received {session!r}")
+    with session.graph.as_default():
+        size_in = tf.compat.v1.placeholder(tf.int64, [1])
+        data_in = tf.compat.v1.placeholder(tf.uint8, [None])
+        size_out = broadcast(size_in, root_rank, name=prefix + ".size", process_set=process_set)
+        data_out = broadcast(data_in, root_rank, name=prefix + ".data", process_set=process_set)
+
+    def fn(obj):
+        if rank() == root_rank:
+            try:
+                payload = cloudpickle.dumps(obj)
+            except Exception:
+                session.run(size_out, {size_in: [-1]})
+                raise
+            session.run(size_out, {size_in: [len(payload)]})
+            data = np.frombuffer(payload, np.uint8)
+        else:
+            length = int(session.run(size_out, {size_in: [0]})[0])
+            if length < 0:
+                raise ValueError(f"broadcast_object_fn {prefix!r}: rank {root_rank} could not "
+                                 "pickle its object (the error is raised there)")
+            data = np.zeros(length, np.uint8)
+        return cloudpickle.loads(session.run(data_out, {data_in: data}).tobytes())
+
+    return fn
+
+
+def broadcast_global_variables(root_rank):
+    """Horovod's TensorFlow 1 broadcast: every global variable gets ``root_rank``'s value.
+
+    TensorFlow 1 graph mode only (a ``tf.Graph`` run by a ``tf.compat.v1.Session``): returns
+    the op that broadcasts and assigns ``tf.compat.v1.global_variables()`` when the session
+    runs it, like :func:`broadcast_variables`. Eagerly and inside ``tf.function`` TensorFlow
+    keeps no global variables, so it raises, as Horovod does, naming what to call instead.
+
+    Args:
+        root_rank: the rank whose values every rank gets.
+
+    Returns:
+        The op for ``sess.run``.
+
+    Raises:
+        RuntimeError: when executing eagerly or inside a ``tf.function``.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> with tf.Graph().as_default():
+    ...     w = tf.compat.v1.get_variable("w", initializer=float(hvd.rank()))
+    ...     sync = hvd.broadcast_global_variables(0)
+    ...     with tf.compat.v1.Session() as sess:
+    ...         sess.run(w.initializer); sess.run(sync); sess.run(w)
+    0.0
+    """
+    if not _graph_mode():
+        raise RuntimeError(
+            "hvd.broadcast_global_variables() works in TensorFlow 1 graph mode only (a "
+            "tf.compat.v1.Session); eagerly and in tf.function TensorFlow keeps no global "
+            "variables. Use hvd.broadcast_variables(model.variables + optimizer.variables, "
+            "root_rank) instead, or hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank) "
+            "with Keras' fit.")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):

@@ -2,6 +2,8 @@
 TF1 scripts use it: the broadcasts add ops to the graph, and running them gives every rank the
 root's values. Building the graph changes no value; running it does."""
 
+import threading
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -49,3 +51,40 @@ def test_in_place_broadcast_returns_the_assigned_values(hvd):
             np.testing.assert_array_equal(got_v, np.full([3], root, np.float32))
             assert got_w == 10 * root + 1
             np.testing.assert_array_equal(sess.run(v), got_v)
+
+
+def test_broadcast_global_variables_covers_every_global_variable(hvd):
+    root = WORLD - 1
+    graph = tf.Graph()
+    v, w = _variables(hvd, graph)
+    with graph.as_default():
+        sync = hvd.broadcast_global_variables(root)
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(sync)
+            np.testing.assert_array_equal(sess.run(v), np.full([3], root, np.float32))
+            assert sess.run(w) == 10 * root + 1
+
+
+def test_broadcast_global_variables_refuses_eager_and_tf_function_naming_the_replacement(hvd):
+    with pytest.raises(RuntimeError, match=r"Use hvd.broadcast_variables\("):
+        hvd.broadcast_global_variables(0)
+    with pytest.raises(RuntimeError, match="graph mode only"):
+        tf.function(lambda: hvd.broadcast_global_variables(0))()
+
+
+def test_broadcast_object_fn_runs_in_the_session(hvd):
+    root = WORLD - 1
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.Session(graph=graph) as sess:
+        bcast = hvd.broadcast_object_fn(root_rank=root, name="graph.objects")  # default session
+        assert bcast({"from": hvd.rank()}) == {"from": root}
+        assert bcast([hvd.rank()] * 1000) == [root] * 1000  # the same ops, another size
+        if hvd.rank() == root:
+            with pytest.raises(TypeError, match="pickle"):
+                bcast(threading.Lock())
+        else:
+            with pytest.raises(ValueError, match=f"rank {root} could not pickle its object"):
+                bcast(None)
+    with graph.as_default(), pytest.raises(ValueError, match="needs the session"):
+        hvd.broadcast_object_fn(root_rank=root)
