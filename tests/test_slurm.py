@@ -17,6 +17,7 @@ import sys
 import time
 
 import numpy as np
+import psutil
 
 import pytest
 
@@ -308,7 +309,7 @@ def _step_daemons(job):
     """Pids of the slurmstepd processes of ``job`` (their title is "slurmstepd: [JOB.STEP]")."""
     from node_network import _cmdline
 
-    titles = {int(e): _cmdline(e) for e in os.listdir("/proc") if e.isdigit()}
+    titles = {pid: _cmdline(pid) for pid in psutil.pids()}
     return [pid for pid, title in titles.items() if title and title.startswith("slurmstepd")
             and (f"[{job}." in title or f"[{job}]" in title)]
 

@@ -17,10 +17,11 @@ import tensorflow as tf
 from . import _names, _sparse
 from ..runtime._engine import core as _core
 from ._local_errors import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER,
-                            InvalidArgumentError, shared_with_peers)
+                            shared_with_peers)
 from ._xla_guard import check_not_xla
 from ._ops import OPS
 from .compression import Compression
+from ..runtime.invalid_argument import InvalidArgumentError
 from ..runtime.process_sets import global_process_set, resolve, set_size
 from .reduce_ops import SCATTER_OPS, Average, resolve_op
 from ..runtime._engine import require_init as _require_init

@@ -287,8 +287,7 @@ def resolve(process_set, what):
     # Membership is the engine's registry's to check (it checks each submission too).
     error = _core.process_set_caller_error(process_set.process_set_id, what)
     if error:
-        # Imports TensorFlow (callers have it): the collectives' error type, raised for them.
-        from ..collectives._local_errors import InvalidArgumentError
+        from .invalid_argument import InvalidArgumentError  # imports TensorFlow (callers have)
         raise InvalidArgumentError(error)
     return process_set.process_set_id
 
