@@ -33,42 +33,27 @@ class ModelCheckpoint(Callback):
     ``initial_value_threshold``), names the file (``{epoch}`` and log keys in ``filepath``) and
     saves. kerashvd adds what a job of many ranks needs:
 
-    - **Rank 0 saves**; every rank holds the same model, so the others do nothing (no
-      collectives, no waiting).
-    - **Atomic files**: Keras' save goes to a temporary file that is then renamed over the
-      final name (:func:`atomic_save`), so a crash never leaves half a checkpoint there.
-    - **A resume record**: after each save, ``kerashvd_checkpoint.json`` in the file's
-      directory names the file and the position (epochs completed, batches of the next epoch,
-      the optimizer's ``iterations``); :func:`latest_checkpoint` reads it for every rank.
+    - **Rank 0 saves**; every rank holds the same model, so the others do nothing.
+    - **Atomic files** (:func:`atomic_save`): a crash never leaves half a checkpoint under
+      the final name.
+    - **A resume record**, ``kerashvd_checkpoint.json`` in the file's directory, written
+      after each file: the file and its position (epochs done, batches of the next epoch, the
+      optimizer's ``iterations``). :func:`latest_checkpoint` reads it for every rank;
+      :func:`restore` and :func:`fit_resumable` resume there.
     - **Saves at any batch**: ``save_freq=N`` saves every N batches counted from the epoch's
-      start (as :func:`fit_resumable` counts them after a resume) and still at the epoch's
-      end; :class:`PreemptionCallback` saves where a signal stopped training. These files
-      get ``-step{N:06d}`` before the suffix (or ``filepath`` formatted with ``batch=N`` when
-      it holds ``{batch}``), so an epoch's saves never overwrite each other.
-    - **Random state**: the dropout layers' generator state, which Keras leaves out of its
-      files, is added to each file (see ``random_state.py``), for a bit-exact resume.
+      start (also after a resume) and at the epoch's end; :class:`PreemptionCallback` saves
+      where a signal stopped training. Their files get ``-step{N:06d}`` before the suffix (or
+      ``batch=N`` in a ``{batch}`` field), so an epoch's saves never overwrite each other.
+    - **Random state**: the dropout layers' generator state, which Keras leaves out, is added
+      to each file, for a bit-exact resume.
     - ``max_to_keep``: only the newest files this callback wrote are kept.
 
-    Resuming::
-
-        ckpt = hvd.callbacks.latest_checkpoint(ckpt_dir)      # same answer on every rank
-        if ckpt:
-            model = hvd.load_model(ckpt.path)                 # weights + optimizer state
-        model.fit(..., initial_epoch=ckpt.epoch if ckpt else 0, callbacks=[
-            hvd.callbacks.BroadcastGlobalVariablesCallback(0),  # rank 0's state everywhere
-            hvd.callbacks.ModelCheckpoint(path, initial_value_threshold=ckpt and ckpt.best)])
-
-    or, from any batch and loading on rank 0 only, :func:`restore` and :func:`fit_resumable`.
     A ``.keras`` file holds the optimizer state; a ``.weights.h5`` file does not. With Keras 2
-    (tf_keras) a full-model ``.h5`` file (legacy HDF5, optimizer state included) and ``.h5``
-    weights work too; tf_keras' SavedModel directories and TF checkpoints are several files,
-    which cannot be replaced atomically, and are refused.
-
-    The record is written right after the model file (two atomic renames, not one): a crash
-    between them leaves a complete model file and a record of the previous save. With
-    ``{epoch}`` in ``filepath`` that record names the previous, still intact file, so resuming
-    is exact; with a fixed name the file is one epoch newer than the record says, which
-    :func:`restore` detects (from ``iterations``).
+    (tf_keras) full-model and weights ``.h5`` files work too; SavedModel directories and TF
+    checkpoints are several files, which cannot be replaced atomically, and are refused.
+    A crash between the file's rename and the record's leaves the record of the previous
+    save: with ``{epoch}`` in ``filepath`` it names the previous, intact file; with a fixed
+    name :func:`restore` sees (from ``iterations``) that the file is newer than its record.
 
     With ``save_best_only``, the monitored value must be the same on every rank for rank 0's
     choice to mean anything: put :class:`MetricAverageCallback` (and, for ``val_*``,
