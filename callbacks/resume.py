@@ -100,6 +100,7 @@ def fit_resumable(model, dataset_fn, *, epochs, steps_per_epoch, initial_epoch=0
     if initial_epoch > epochs or (initial_epoch == epochs and initial_step):
         raise ValueError(f"the position (epoch {initial_epoch}, step {initial_step}) is past "
                          f"the end of the run (epochs={epochs})")
+
     def batches(epoch, step):  # exactly the epoch's remaining batches, whatever dataset_fn adds
         return dataset_fn(epoch, step).take(steps_per_epoch - step)
 

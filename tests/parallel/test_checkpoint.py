@@ -130,6 +130,24 @@ def test_checkpoint_survives_a_crash_during_save(hvd, tmp_path):
     keras.models.load_model(path)  # still a valid checkpoint
 
 
+def test_weights_only_saves_are_atomic_and_recorded(hvd, tmp_path):
+    model = _model(seed=5)
+    path = str(tmp_path / "w-{epoch}.weights.h5")
+    callback = hvd.callbacks.ModelCheckpoint(path, save_weights_only=True)
+    callback.set_model(model)
+    saved_to = []
+    real_save_weights = model.save_weights
+    model.save_weights = lambda p, *a, **k: (saved_to.append(p), real_save_weights(p, *a, **k))
+    callback.on_epoch_end(0, {"loss": 1.0})
+    if hvd.rank() == 0:
+        assert [os.path.basename(p)[:5] for p in saved_to] == [".tmp-"]
+        ckpt = hvd.callbacks.latest_checkpoint(str(tmp_path), broadcast=False)
+        assert (os.path.basename(ckpt.path), ckpt.epoch, ckpt.iterations) == ("w-1.weights.h5", 1, None)
+        model.load_weights(ckpt.path)
+    else:
+        assert saved_to == [] and not os.listdir(tmp_path)
+
+
 def test_save_best_only_and_argument_checks(hvd, tmp_path):
     model = _model(seed=3)
     path = str(tmp_path / "best.keras")
