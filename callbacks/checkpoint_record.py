@@ -7,6 +7,11 @@ epoch, the optimizer's ``iterations``), the best monitored value, and the files 
 ``max_to_keep``. :func:`latest_checkpoint` reads it on one rank and broadcasts it, so every
 rank resumes from the same file and position even when the ranks' views of a network file
 system disagree for a moment.
+
+The file and the record are two atomic renames, not one: a crash between them leaves the
+record of the previous save. With ``{epoch}`` in ``ModelCheckpoint``'s ``filepath`` that
+record names the previous, intact file; with a fixed name :func:`restore` sees (from
+``iterations``) that the file is newer than its record, and says so.
 """
 
 import collections

@@ -51,9 +51,6 @@ class ModelCheckpoint(Callback):
     A ``.keras`` file holds the optimizer state; a ``.weights.h5`` file does not. With Keras 2
     (tf_keras) full-model and weights ``.h5`` files work too; SavedModel directories and TF
     checkpoints are several files, which cannot be replaced atomically, and are refused.
-    A crash between the file's rename and the record's leaves the record of the previous
-    save: with ``{epoch}`` in ``filepath`` it names the previous, intact file; with a fixed
-    name :func:`restore` sees (from ``iterations``) that the file is newer than its record.
 
     With ``save_best_only``, the monitored value must be the same on every rank for rank 0's
     choice to mean anything: put :class:`MetricAverageCallback` (and, for ``val_*``,
