@@ -135,6 +135,15 @@ class ModelCheckpoint(Callback):
         return None if best is None or not math.isfinite(float(best)) else float(best)
 
     def set_model(self, model):
+        """Keras calls this before training; Keras' ``ModelCheckpoint`` then sees ``model``
+        through a view whose ``save`` and ``save_weights`` write atomically.
+
+        Args:
+            model: the model being trained.
+
+        Raises:
+            TypeError: for a model of the other Keras (see ``TF_USE_LEGACY_KERAS``).
+        """
         super().set_model(model)
         self._saving = _AtomicSaving(model)
         self._keras.set_model(self._saving)
