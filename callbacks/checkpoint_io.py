@@ -20,6 +20,8 @@ import socket
 import time
 import uuid
 
+import psutil
+
 __all__ = ["atomic_save"]
 
 
@@ -92,7 +94,7 @@ def remove_stale_temporaries(directory):
         path = os.path.join(directory, name)
         try:
             if match.group("host") in (None, _HOST):
-                if _alive(int(match.group("pid"))):
+                if psutil.pid_exists(int(match.group("pid"))):
                     continue
             elif time.time() - os.path.getmtime(path) < _OTHER_HOST_AGE:
                 continue
@@ -101,18 +103,6 @@ def remove_stale_temporaries(directory):
             continue  # gone meanwhile, or not ours to remove
         removed.append(name)
     return removed
-
-
-def _alive(pid):
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # e.g. PermissionError: it exists, owned by someone else
-        return True
-    return True
 
 
 def _fsync_directory(directory):
