@@ -9,12 +9,14 @@
 
 #include "../engine.h"
 #include "fake_world.h"
-#include "harness.h"
+#include "rank_threads_test.h"
 #include "test_util.h"
 
 namespace kerashvd {
 namespace testing {
 namespace {
+
+using EngineTest = RankThreadsTest;  // the suite of this file
 
 constexpr auto kWait = std::chrono::seconds(10);
 
@@ -68,7 +70,7 @@ struct EngineRank {
   std::unique_ptr<Engine> engine;
 };
 
-TEST(EngineRunsTheWorldsAndASetsCollectives) {
+TEST_F(EngineTest, EngineRunsTheWorldsAndASetsCollectives) {
   const int n = 3;
   auto world = std::make_shared<FakeWorld>(n);
   std::vector<std::vector<float>> all(n), evens(n);
@@ -120,7 +122,7 @@ TEST(EngineRunsTheWorldsAndASetsCollectives) {
   EXPECT_CONTAINS(outsider[1], "rank 1 is not in process set 1");
 }
 
-TEST(EngineJoinCoversTheRanksProcessSets) {
+TEST_F(EngineTest, EngineJoinCoversTheRanksProcessSets) {
   // 3 ranks, set {0, 1}. Rank 1 joins while rank 0 allreduces on the set: rank 1 contributes
   // zeros there too. Then all join; afterwards the set's allreduce needs both members again.
   const int n = 3;
@@ -168,7 +170,7 @@ TEST(EngineJoinCoversTheRanksProcessSets) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(last[r], last[0]);
 }
 
-TEST(EngineShutdownFailsPendingWorkNamingTheRank) {
+TEST_F(EngineTest, EngineShutdownFailsPendingWorkNamingTheRank) {
   auto world = std::make_shared<FakeWorld>(2);
   std::string message;
   RunRanks(2, [&](int rank) {
