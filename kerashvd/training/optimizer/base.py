@@ -71,7 +71,7 @@ class DistributedOptimizerBase(ReducerSettings, ApplyHooks):
                  compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
                  num_groups=0, groups=None, scale_local_gradients=True,
-                 process_set=global_process_set):
+                 process_set=global_process_set, bucket_cap_mb=None):
         self._check_inner(optimizer)
         if isinstance(optimizer, DistributedOptimizerBase):
             raise ValueError("The optimizer is already a DistributedOptimizer; wrap it once. "
@@ -91,7 +91,7 @@ class DistributedOptimizerBase(ReducerSettings, ApplyHooks):
         # are no optimizer state (the accumulators are transient; see aggregation).
         object.__setattr__(self, "_reducer", GradientReducer(
             name, compression, sparse_as_dense, op, gradient_predivide_factor, num_groups,
-            groups, scale_local_gradients, process_set))
+            groups, scale_local_gradients, process_set, bucket_cap_mb))
         object.__setattr__(self, "_aggregator", LocalAggregator(
             backward_passes_per_step, average_aggregated_gradients)
             if backward_passes_per_step > 1 else None)
@@ -211,6 +211,7 @@ class DistributedOptimizerBase(ReducerSettings, ApplyHooks):
             "average_aggregated_gradients": self.average_aggregated_gradients,
             "num_groups": self.num_groups,
             "scale_local_gradients": self.scale_local_gradients,
+            "bucket_cap_mb": self.bucket_cap_mb,
             "optimizer": self._serialize_inner(self.inner_optimizer),
         }
 

@@ -73,7 +73,8 @@ class DistributedOptimizer(DistributedOptimizerBase, _KerasOptimizer):
         average_aggregated_gradients: with ``backward_passes_per_step > 1``, divide the
             local sum of the k gradients by k (default False: the sum, as in Horovod).
         num_groups: cut the dense gradients into this many groups, one fused collective per
-            group and dtype. Default 0: one collective per dtype.
+            group and dtype (1: one collective per dtype). Default 0: buckets of at most
+            ``bucket_cap_mb`` (below).
         groups: an int (as ``num_groups``) or a list of lists of variables, each list one
             group; variables in no list form a group each. Not serialized by ``get_config``.
         scale_local_gradients: divide the gradients of variables registered with
@@ -81,6 +82,13 @@ class DistributedOptimizer(DistributedOptimizerBase, _KerasOptimizer):
         process_set: reduce among these ranks only (a registered ``kerashvd.ProcessSet``;
             default all). Ranks outside it apply their own gradients unreduced, as in
             Horovod. Not serialized by ``get_config``.
+        bucket_cap_mb: without ``num_groups``/``groups``, the dense gradients are reduced in
+            buckets of consecutive gradients of at most this many MiB, in the order
+            backprop produces them; each bucket's collective starts as soon as its gradients
+            exist, while backprop computes the rest (PyTorch DDP's ``bucket_cap_mb``). 0:
+            one collective per dtype, after the last gradient. Default None:
+            ``KERASHVD_BUCKET_CAP_MB`` (``kerashvdrun --bucket-cap-mb``), else 1. The
+            results are the same bits whatever the buckets.
 
     Raises:
         TypeError: when ``optimizer`` is not a Keras optimizer.
