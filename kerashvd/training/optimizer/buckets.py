@@ -24,6 +24,18 @@ sizes, dtypes), so that it is the same on every rank:
 A cap of 0 means no cap: one bucket per dtype, the single collective per dtype. Buckets
 change how gradients are batched on the wire, never the arithmetic: the engine sums every
 element in rank order whatever its bucket, so every bucketing gives the same bits.
+
+A bucket can start no earlier than TensorFlow computes its gradients, and three things
+decide that, none of them the buckets:
+- The step must be traced (``fit``, or a custom loop in a ``tf.function``): eagerly,
+  ``tape.gradient`` returns every gradient before any collective is made.
+- TensorFlow needs a spare inter-op thread: with ``tf.config.threading.
+  set_inter_op_parallelism_threads(1)`` it ran every bucket's collective after the rest of
+  the step (measured with the timeline; so did any op off backprop's main chain in a
+  smaller test), and nothing overlapped; with its default, one inter-op thread per core,
+  each bucket started as backprop reached it.
+- With ``backward_passes_per_step=k`` the k-th call reduces the accumulated sums inside one
+  ``tf.cond`` after the accumulation, so its buckets start once backprop has ended.
 """
 
 
