@@ -57,7 +57,8 @@ class DistributedOptimizer(DistributedOptimizerBase, _KerasOptimizer):
         name: name of the wrapper and prefix of its collectives' names (which ranks match
             them by). Default: ``"Distributed" + type(optimizer).__name__``. Give distinct
             names to optimizers that step at the same time (e.g. a GAN's two).
-        device_dense, device_sparse: accepted for Horovod compatibility; unused.
+        device_dense: accepted for Horovod compatibility; unused.
+        device_sparse: the same.
         compression: ``kerashvd.Compression.none`` (default), ``.fp16`` or ``.bf16``, applied
             to dense gradients on the wire.
         sparse_as_dense: densify ``tf.IndexedSlices`` gradients (embeddings) and allreduce
@@ -204,6 +205,7 @@ class DistributedOptimizer(DistributedOptimizerBase, _KerasOptimizer):
         return self.iterations
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+        """Not supported: raises NotImplementedError (the JAX backend's path; use ``apply``)."""
         raise NotImplementedError("DistributedOptimizer runs on the TensorFlow backend, which "
                                   "has no stateless_apply; use apply()")
 
