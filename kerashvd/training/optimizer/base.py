@@ -154,6 +154,7 @@ class DistributedOptimizerBase(ReducerSettings, ApplyHooks):
     # -- delegation to the inner optimizer ------------------------------------------------
     @property
     def learning_rate(self):
+        """The inner optimizer's learning rate (a schedule's value too); setting it sets that."""
         return self.inner_optimizer.learning_rate
 
     @learning_rate.setter
@@ -162,6 +163,8 @@ class DistributedOptimizerBase(ReducerSettings, ApplyHooks):
 
     @property
     def iterations(self):
+        """The inner optimizer's step counter: the updates applied (not the calls, with
+        ``backward_passes_per_step`` > 1)."""
         return self.inner_optimizer.iterations
 
     @iterations.setter
@@ -171,6 +174,7 @@ class DistributedOptimizerBase(ReducerSettings, ApplyHooks):
         self._base_iterations = variable
 
     def finalize_variable_values(self, var_list):
+        """Lets the inner optimizer finalize ``var_list`` at the end of ``fit`` (e.g. EMA)."""
         self.inner_optimizer.finalize_variable_values(var_list)
 
     def __dir__(self):
