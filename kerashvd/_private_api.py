@@ -342,23 +342,6 @@ def keras_saving_walk_exists():
     return callable(getattr(saving_lib, "_walk_saveable", None))
 
 
-def untracked(trackable, value):
-    """``value``, wrapped so that tf_keras' checkpoint dependencies do not follow it.
-
-    Internal: ``tf.Module._no_dependency`` (tf_keras trackables). Public alternative
-    considered: keeping the value outside the object, which tf_keras' copy and
-    serialization would then lose.
-
-    Raises:
-        PrivateApiError: when the method is gone.
-    """
-    no_dependency = getattr(trackable, "_no_dependency", None)
-    if not callable(no_dependency):
-        raise _missing("Trackable._no_dependency", "kerashvd/training/optimizer/keras2.py",
-                       "keep the gradient reducer out of tf_keras checkpoints")
-    return no_dependency(value)
-
-
 def tf_keras_optimizer_built(optimizer):
     """Whether a tf_keras optimizer has created its state.
 

@@ -179,12 +179,10 @@ def test_keras_saving_walks_dir():
           "keep a DistributedOptimizer checkpoint in the plain optimizer's layout")
 
 
-def test_untracked_and_tf_keras_optimizer_built():
+def test_tf_keras_optimizer_built():
     tf_keras = pytest.importorskip("tf_keras")
 
     optimizer = tf_keras.optimizers.SGD(0.1)
-    optimizer.kept = _call(_private_api.untracked, optimizer, [1])
-    assert optimizer.kept == [1] and "kept" not in optimizer._trackable_children()
     assert _private_api.tf_keras_optimizer_built(optimizer) is False
     optimizer.build([tf_keras.backend.variable(1.0)])
     _hook(_private_api.tf_keras_optimizer_built(optimizer), "tf_keras Optimizer._built",

@@ -185,3 +185,28 @@ def test_a_stall_ends_by_default(build):
     row = ROWS["stall_shutdown_seconds"]
     assert row["default"] == "600" and build("stall_shutdown_seconds") == "600", row
     assert "0: never" in row["help"], row
+
+
+def test_bucket_cap_by_variable_and_flag(build, capsys):
+    """The one Python-side setting with a flag (kerashvd/runtime/bucket_cap.py): init()
+    accepts its variable and refuses a bad value naming it, as for the engine's settings;
+    the flag sets the variable. Its keyword belongs to DistributedOptimizer and
+    DistributedGradientTape (tests/parallel/test_buckets.py)."""
+    from kerashvd.runtime import bucket_cap
+
+    build("cycle_time_ms", {"KERASHVD_BUCKET_CAP_MB": "0.25"})
+    assert bucket_cap.cap_bytes() == 1 << 18
+    for bad in ("-1", "lots", "inf"):
+        with pytest.raises(ValueError) as err:
+            build("cycle_time_ms", {"KERASHVD_BUCKET_CAP_MB": bad})
+        assert "KERASHVD_BUCKET_CAP_MB must be a number of MiB >= 0" in str(err.value)
+        assert f"received '{bad}'" in str(err.value)
+    assert "-genv KERASHVD_BUCKET_CAP_MB 4 " in _dry_run(["--bucket-cap-mb", "4"], capsys)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["-np", "1", "--bucket-cap-mb", "-2", "--dry-run", "python", "x.py"])
+    assert exit_info.value.code == 2
+    assert "--bucket-cap-mb: expected a number of MiB >= 0, received '-2'" in \
+        capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "Sets KERASHVD_BUCKET_CAP_MB" in " ".join(capsys.readouterr().out.split())

@@ -135,7 +135,8 @@ def build_parser():
              "dead ranks held to be released)")
     add_elastic_flags(parser)
     add_engine_flags(parser.add_argument_group(
-        "engine settings (become KERASHVD_* variables in every rank, read by kerashvd.init())"))
+        "settings (become KERASHVD_* variables in every rank, read by kerashvd.init() and "
+        "the optimizers)"))
     parser.add_argument(
         "command", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS ...]",
         help="the program every rank runs, e.g. python train.py")
