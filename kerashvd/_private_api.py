@@ -88,6 +88,76 @@ def inside_xla_function():
     return get_context() is not None
 
 
+# -- names of unnamed collectives --------------------------------------------------------
+
+# tf.cond / tf.switch_case branches and tf.while_loop's condition and body are traced into
+# graphs of their own inside the function's graph; their names carry a process-wide number.
+_CONTROL_FLOW_GRAPHS = ("CondBranchFuncGraph", "WhileCondFuncGraph", "WhileBodyFuncGraph")
+
+
+def traced_function():
+    """The ``tf.function`` being traced here: ``(graph, name)``, or None eagerly and in a TF1
+    graph. ``graph`` is the function's graph (one per trace; branches and loop bodies of
+    ``tf.cond`` and ``tf.while_loop`` are skipped up to it) and ``name`` the traced Python
+    function's ``__name__``, the same on every rank.
+
+    Internal: ``tensorflow.python.framework.func_graph.FuncGraph``: its ``name`` (the Python
+    function's ``__name__``; the concrete function's name adds a process-wide number) and
+    ``outer_graph`` attributes, and the class names of control flow's subclasses. Public
+    alternative considered: ``tf.function``'s ``python_function`` is on the Function object,
+    which code being traced cannot reach.
+
+    Raises:
+        PrivateApiError: when a function graph lacks ``name`` or ``outer_graph``.
+    """
+    import tensorflow as tf  # lazy: imports TensorFlow
+
+    if tf.executing_eagerly():
+        return None
+    graph = tf.compat.v1.get_default_graph()
+    if not hasattr(graph, "outer_graph") and type(graph) is tf.Graph:
+        return None  # a TF1 graph
+    while type(graph).__name__ in _CONTROL_FLOW_GRAPHS:
+        graph = getattr(graph, "outer_graph", None)
+    name = getattr(graph, "name", None)
+    if not isinstance(name, str) or not hasattr(graph, "outer_graph"):
+        raise _missing("tensorflow.python.framework.func_graph.FuncGraph.name / .outer_graph",
+                       "kerashvd/collectives/_names.py",
+                       "name unnamed collectives by the tf.function being traced")
+    return graph, name
+
+
+# -- collectives in tf.function ----------------------------------------------------------
+
+def register_async_collectives(op_types):
+    """Lets ``tf.function`` start the stateful ops ``op_types`` in any order, as TensorFlow's
+    own collectives (ops/tf/kernels.h says why kerashvd's are stateful).
+
+    Internal: ``tensorflow.python.framework.auto_control_deps.ASYNC_STATEFUL_OPS``, the op
+    types that automatic control dependencies neither order nor add to a function's control
+    outputs (TensorFlow's ``CollectiveReduce``, ``NcclAllReduce``, ...). Public alternative
+    considered: none; an op that is not stateful is constant-folded and pruned by TensorFlow.
+
+    Raises:
+        PrivateApiError: when the set is gone.
+    """
+    from tensorflow.python.framework import auto_control_deps  # lazy: imports TensorFlow
+
+    known = getattr(auto_control_deps, "ASYNC_STATEFUL_OPS", None)
+    if not isinstance(known, frozenset):
+        raise _missing("tensorflow.python.framework.auto_control_deps.ASYNC_STATEFUL_OPS",
+                       "kerashvd/runtime/_op_library.py",
+                       "let tf.function run independent collectives at the same time")
+    auto_control_deps.ASYNC_STATEFUL_OPS = known | frozenset(op_types)
+
+
+def async_collectives():
+    """The op types :func:`register_async_collectives` has registered so far (and TF's)."""
+    from tensorflow.python.framework import auto_control_deps  # lazy: imports TensorFlow
+
+    return getattr(auto_control_deps, "ASYNC_STATEFUL_OPS", frozenset())
+
+
 # -- SyncBatchNormalization --------------------------------------------------------------
 
 def batch_norm_statistics_method(keras, uses_tf_keras):

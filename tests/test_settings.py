@@ -178,6 +178,15 @@ def test_numbers_beyond_int64_mean_no_limit(build):
     assert float(build("timeline_max_mb", {"KERASHVD_TIMELINE_MAX_MB": "1e30"})) > 8e12
 
 
+def test_a_stall_ends_by_default(build):
+    """A collective that some ranks never submit stops kerashvd on every rank after 10 minutes
+    unless told otherwise (tests/test_errors_multiprocess.py shows it firing): longer than
+    any healthy wait, and never for ever."""
+    row = ROWS["stall_shutdown_seconds"]
+    assert row["default"] == "600" and build("stall_shutdown_seconds") == "600", row
+    assert "0: never" in row["help"], row
+
+
 def test_bucket_cap_by_variable_and_flag(build, capsys):
     """The one Python-side setting with a flag (kerashvd/runtime/bucket_cap.py): init()
     accepts its variable and refuses a bad value naming it, as for the engine's settings;

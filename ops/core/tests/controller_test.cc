@@ -181,17 +181,102 @@ TEST_F(ControllerTest, ControllerFailedRequestFailsEveryRank) {
   EXPECT_CONTAINS(errors[0], "'x' failed on rank 1: splits must add up to 3.");
 }
 
-TEST_F(ControllerTest, ControllerDuplicateNameFailsLocally) {
+TEST_F(ControllerTest, ControllerOverlappingCallsFailOnTheirRank) {
   FakeWorld world(1);
   RankUnderTest me(&world, 0, Config());
-  // Two entries with one name in one cycle, on a world of one: the second fails at once.
+  // Two entries with one name in one cycle, on a world of one: both fail, nothing runs.
   CycleResult out;
   ASSERT_OK(me.Cycle({MakeRequest("a", {1}), MakeRequest("a", {1})}, &out));
   auto done = me.completions.All();
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_TRUE(done[0].second.code() == Status::Code::kInvalidArgument);
-  EXPECT_CONTAINS(done[0].second.message(), "already in flight");
+  ASSERT_EQ(done.size(), 2u);
+  for (const auto& [name, status] : done) {
+    EXPECT_TRUE(status.code() == Status::Code::kInvalidArgument);
+    EXPECT_CONTAINS(status.message(), "allreduce 'a' was called again while an earlier call");
+    EXPECT_CONTAINS(status.message(), "rank 0 (2)");
+  }
+  EXPECT_EQ(Names(out), "");
+  EXPECT_TRUE(!me.controller.has_pending());
+  // The name works again afterwards.
+  ASSERT_OK(me.Cycle({MakeRequest("a", {1})}, &out));
   EXPECT_EQ(Names(out), "a;");
+}
+
+// Runs cycles in which rank r submits submits[cycle][r] calls of "t"; returns per rank the
+// statuses of its calls in completion order ("ok" or the error) and the work it ran.
+struct OverlapRun {
+  std::vector<std::vector<std::string>> statuses;
+  std::vector<std::string> work;
+};
+OverlapRun RunOverlap(int n, const std::vector<std::vector<int>>& submits, bool cache_first) {
+  FakeWorld world(n);
+  OverlapRun run;
+  run.statuses.resize(n);
+  run.work.resize(n);
+  RunRanks(n, [&](int rank) {
+    RankUnderTest me(&world, rank, Config());
+    CycleResult out;
+    size_t skip = 0;
+    if (cache_first) {  // "t" runs once together first, so its signature is cached
+      ASSERT_OK(me.Cycle({MakeRequest("t", {2})}, &out));
+      ASSERT_EQ(Names(out), "t;");
+      out.work[0].entry->done(Status::Ok(), CollectiveResult());
+      skip = 1;
+    }
+    for (size_t cycle = 0; cycle < submits.size(); ++cycle) {
+      std::vector<Request> now(submits[cycle][rank], MakeRequest("t", {2}));
+      CycleResult result;
+      ASSERT_OK(me.Cycle(now, &result));
+      run.work[rank] += Names(result);
+      for (WorkItem& item : result.work)
+        if (item.entry) item.entry->done(Status::Ok(), CollectiveResult());  // as the executor
+    }
+    const auto all = me.completions.All();
+    for (size_t i = skip; i < all.size(); ++i)
+      run.statuses[rank].push_back(all[i].second.ok() ? "ok" : all[i].second.message());
+    EXPECT_TRUE(!me.controller.has_pending());
+  });
+  return run;
+}
+
+TEST_F(ControllerTest, ControllerOverlapFailsEveryCallOnEveryRank) {
+  // Rank 0's two calls of "t" are in flight together before rank 1 submits any: nobody can
+  // tell which of rank 1's calls belongs with which, so all four fail, rank 1's two as they
+  // arrive (one pending at the overlap, one a cycle later). Then "t" pairs again.
+  for (bool cached : {false, true}) {
+    OverlapRun run = RunOverlap(2, {{2, 0}, {0, 1}, {0, 1}, {1, 1}}, cached);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(run.statuses[r].size(), 3u);
+      EXPECT_CONTAINS(run.statuses[r][0], "allreduce 't' was called again");
+      EXPECT_CONTAINS(run.statuses[r][1], "allreduce 't' was called again");
+      EXPECT_EQ(run.statuses[r][2], "ok");
+      EXPECT_EQ(run.work[r], "t;");
+    }
+  }
+}
+
+TEST_F(ControllerTest, ControllerOverlapCountsTheMostCallsInFlight) {
+  // 3 ranks: rank 0 has 2 calls in flight, rank 1 has 3 at the same time, rank 2 none yet:
+  // every rank fails 3 calls (rank 2 all three on arrival, rank 0 its third on arrival).
+  OverlapRun run = RunOverlap(3, {{1, 3, 0}, {1, 0, 0}, {1, 0, 2}, {0, 0, 1}, {1, 1, 1}},
+                              /*cache_first=*/false);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(run.statuses[r].size(), 4u);
+    for (int i = 0; i < 3; ++i) EXPECT_CONTAINS(run.statuses[r][i], "allreduce 't' was called");
+    EXPECT_EQ(run.statuses[r][3], "ok");
+    EXPECT_EQ(run.work[r], "t;");
+  }
+}
+
+TEST_F(ControllerTest, ControllerOverlapBeatsAPartnerArrivingInTheSameCycle) {
+  // Rank 0's first call waits (announced in full); its second arrives in the very cycle that
+  // brings rank 1's first: the coordinator must not pair rank 0's first with it.
+  OverlapRun run = RunOverlap(2, {{1, 0}, {1, 1}, {0, 1}, {1, 1}}, /*cache_first=*/false);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(run.statuses[r].size(), 3u);
+    EXPECT_CONTAINS(run.statuses[r][0], "was called again");
+    EXPECT_CONTAINS(run.statuses[r][1], "was called again");
+    EXPECT_EQ(run.statuses[r][2], "ok");
+  }
 }
 
 TEST_F(ControllerTest, ControllerWorkOrderIsTheSameOnEveryRank) {
