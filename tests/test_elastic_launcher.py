@@ -12,7 +12,8 @@ import time
 import pytest
 
 from kerashvd.launcher import cli
-from kerashvd.launcher.discovery import DiscoveryError, FixedHosts, ScriptDiscovery, slurm_hosts
+from kerashvd.launcher.backends.srun import slurm_hosts
+from kerashvd.launcher.discovery import DiscoveryError, FixedHosts, ScriptDiscovery
 from kerashvd.launcher.elastic_driver import ElasticDriver, ElasticSettings
 from kerashvd.launcher.handover import RESET_EXIT_CODE
 from kerashvd.launcher.host_pool import HostPool, change_kind, layout

@@ -192,7 +192,7 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signa
     """Runs ``argv`` (an mpiexec command) until it ends; stops it on a failure or a signal.
 
     Args:
-        argv: the command, from :func:`~kerashvd.launcher.command.mpiexec_command`.
+        argv: the command, from a launcher backend (``backends/``).
         events: the queue given to the job's
             :class:`~kerashvd.launcher.reports.ReportServer`.
         capture_output: read mpiexec's stdout and stderr (merged) and pass each line to
