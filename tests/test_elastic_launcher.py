@@ -20,6 +20,7 @@ from kerashvd.launcher.host_pool import HostPool, change_kind, layout
 from kerashvd.launcher.hosts import Host
 from kerashvd.launcher.job import JobOutcome
 from kerashvd.launcher.reports import FailureReport
+from kerashvd.launcher.watches import RankLost
 
 
 def script(tmp_path, name, body):
@@ -152,7 +153,7 @@ def end(world, failed=(), survivors=(), done=(), commit=5, code=-9):
     return JobOutcome(returncode=0 if not failed and not survivors else 1, failure=failure)
 
 
-def drive(settings, *outcomes):
+def drive(settings, *outcomes, reachable=None):
     """Runs the driver; the k-th world ends as ``outcomes[k](world)``. Returns (exit code,
     the worlds' sizes, the log)."""
     sizes, lines = [], []
@@ -161,7 +162,7 @@ def drive(settings, *outcomes):
         sizes.append(world.np)
         return outcomes[len(sizes) - 1](world)
 
-    code = ElasticDriver(settings, launch, lines.append).run()
+    code = ElasticDriver(settings, launch, lines.append, reachable).run()
     return code, sizes, "\n".join(lines)
 
 
@@ -237,3 +238,36 @@ def test_slots_are_waited_for_at_the_start():
     code, sizes, log = drive(settings, lambda w: JobOutcome(0))
     assert (code, sizes) == (0, [2]), log
     assert "elastic: waiting up to 30 s for 2 slots (-np); usable now: no host." in log
+
+
+def test_a_host_that_stopped_answering_is_used_again_once_it_answers():
+    """Host b stops answering (its ranks' connections time out) while discovery keeps listing
+    it: the next world leaves it out; once the backend says it answers again, the world grows
+    back at its next commit."""
+    hosts = Hosts(Host("a", 1), Host("b", 1))
+    settings = ElasticSettings(hosts, np=2, min_np=1, interval=0.05, probe_interval=0.05)
+    answers = threading.Event()
+    asked = []
+
+    def reachable(names):
+        asked.append(list(names))
+        return list(names) if answers.is_set() else []
+
+    def cut(world):
+        world.is_failure(RankLost(1, "b", unreachable=True, timeout=3.0, host_ranks=(1,)))
+        return end(world, survivors=[0])
+
+    def alone(world):
+        time.sleep(0.3)  # asked while b does not answer
+        answers.set()
+        deadline = time.monotonic() + 10
+        while world.channel.hosts_update is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return end(world, survivors=[0])
+
+    code, sizes, log = drive(settings, cut, alone, lambda w: JobOutcome(0), reachable=reachable)
+    assert (code, sizes) == (0, [2, 1, 2]), log
+    assert "rank 1 stopped answering (nothing came back for 3 s); rank 0 handed over" in log, log
+    assert "elastic: b answers again: ranks may run there again." in log, log
+    assert "elastic: world 2 ends at its next commit; the next runs 2 ranks on a:1,b:1." in log
+    assert ["b"] in asked

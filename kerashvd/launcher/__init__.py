@@ -11,6 +11,8 @@ Modules, one concept each (none imports TensorFlow):
 - ``hosts``: ``-H`` host lists; ``engine_flags``: flags that become ``KERASHVD_*`` variables.
 - ``job``: running one job to its end and stopping it; ``restarts``: starting a failed job
   again (``kerashvdrun --max-restarts``); ``reports``: the ranks' failure reports;
+  ``watches``: ranks lost without a report (killed supervisors, hosts that stopped
+  answering); ``keepalive``: the time limit on silence of every launcher connection;
   ``exit_status``: exit codes in words.
 - Elastic mode (``--min-np``/``--max-np``/``--host-discovery-script``): ``elastic_options``
   (its flags), ``elastic_driver`` (worlds of changing size), ``discovery`` (where ranks may

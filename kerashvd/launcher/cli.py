@@ -251,7 +251,7 @@ def main(argv=None):
                                     args.restart_delay).exit_code
         if args.dry_run:
             return elastic_dry_run(elastic, runner.run_world)
-        return ElasticDriver(elastic, runner.run_world, _log).run()
+        return ElasticDriver(elastic, runner.run_world, _log, backend.reachable).run()
     except LaunchError as err:
         print(f"kerashvdrun: error: {err}", file=sys.stderr, flush=True)
         return 2

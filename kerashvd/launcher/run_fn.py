@@ -9,12 +9,14 @@ traceback) back through it (``reports.py``), so no shared file system is needed;
 line by line to this process's ``sys.stdout``, so that a notebook cell shows it.
 """
 
+import os
 import pickle
 import queue
 import re
 import signal
 import sys
 
+from . import keepalive
 from .backends import Request, Supervision, select
 from .command import WORKER
 from .errors import RankError
@@ -23,6 +25,7 @@ from .hosts import check_slots, parse_hostfile, parse_hosts
 from .job import run_job
 from .reports import ReportServer
 from .ssh import DEFAULT_CONNECT_TIMEOUT, SshSettings
+from .watches import RanksLost
 
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -115,6 +118,10 @@ def _collect(server, np, outcome, several_hosts):
             f"kerashvd.run: rank {blamed} (of {np}){where(blamed)} raised an exception; its "
             f"traceback:\n\n"
             f"{traceback_text}", rank=blamed, exit_code=1, remote_traceback=traceback_text)
+    if isinstance(outcome.failure, RanksLost):
+        raise RankError(f"kerashvd.run: {outcome.failure.describe()}, before returning a "
+                        "result; the output is printed above.", rank=outcome.failure.rank,
+                        exit_code=outcome.failure.exit_code)
     if outcome.failure is not None:
         failed = outcome.failure.rank
         raise RankError(
@@ -200,13 +207,15 @@ def run(fn, np=1, args=(), kwargs=None, env=None, verbose=True, hosts=None, host
     with backend.prepare(listed, log=log) as launch:
         events = queue.Queue()
         with ReportServer(events, local=launch.local, address=launch.address,
-                          name_hosts=launch.names_hosts, payload=payload) as server:
+                          name_hosts=launch.names_hosts, payload=payload,
+                          link_timeout=keepalive.link_timeout({**os.environ, **rank_env})
+                          ) as server:
             argv = launch.command(
                 np, [sys.executable, WORKER, server.address, server.token], env=rank_env,
                 args=(), supervision=Supervision(server.address, server.token, verbose))
             outcome = run_job(argv, events, capture_output=True,
                               on_line=lambda line: print(line, flush=True), log=log)
-        launch.finish(log)
+        launch.finish(log, unreachable={e.host for e in outcome.lost if e.unreachable})
         if outcome.interrupted is not None:
             if outcome.interrupted != signal.SIGINT:
                 signal.raise_signal(outcome.interrupted)  # as if it had come after the run

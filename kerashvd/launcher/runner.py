@@ -7,10 +7,12 @@ every rank has ended, and the backend's clean-up. The loops around the jobs are
 ``restarts.py`` (``--max-restarts``) and ``elastic_driver.py`` (the elastic mode).
 """
 
+import os
 import queue
 import shlex
 import sys
 
+from . import keepalive
 from .backends import Supervision
 from .handover import VARIABLE as ELASTIC_VARIABLE
 from .job import JobOutcome, run_job
@@ -70,8 +72,9 @@ class Runner:
         if world is not None:  # elastic mode: see elastic_driver.py
             options = dict(failure_grace=world.failure_grace, is_failure=world.is_failure,
                            on_tick=world.on_tick)
+        timeout = keepalive.link_timeout({**os.environ, **rank_env})  # the ranks' own
         with ReportServer(events, local=launch.local, address=launch.address,  # a new token
-                          name_hosts=launch.names_hosts,
+                          name_hosts=launch.names_hosts, link_timeout=timeout,
                           handlers=world.channel.handlers if world else None) as server:
             if world is not None:
                 rank_env[ELASTIC_VARIABLE] = f"{server.address} {server.token}"
@@ -85,5 +88,5 @@ class Runner:
             outcome = run_job(argv, events, log=self.log, signals=signals, **options)
             if world is not None:  # ranks that outlived the launcher's program may hand over
                 world.channel.wait_for_members(world.failure_grace)
-        launch.finish(self.log)
+        launch.finish(self.log, unreachable={e.host for e in outcome.lost if e.unreachable})
         return outcome

@@ -227,6 +227,17 @@ def check_hosts(names, settings, mpiexec, python=None):
     return {host: segments for host, (_, segments) in zip(names, checked)}
 
 
+def usable_hosts(names, settings, mpiexec, python=None):
+    """The hosts of ``names`` that pass :func:`check_hosts`'s check now (none raises)."""
+    if not names:
+        return []
+    argv = settings.argv(find_ssh())
+    required = _required_paths(mpiexec, python or sys.executable)
+    timeout = settings.connect_timeout + CHECK_MARGIN
+    checked = on_every_host(names, lambda host: _check_host(host, argv, required, timeout))
+    return [host for host, (problem, _) in zip(names, checked) if problem is None]
+
+
 def on_every_host(names, function):
     """``[function(name) for name in names]``, run in parallel."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:

@@ -117,8 +117,14 @@ class Launch:
         """A line for ``--verbose`` on how other hosts are reached, or ``None``."""
         return None
 
-    def finish(self, log=None):
-        """Cleans up after a job whose ranks have all ended (``log`` takes messages)."""
+    def finish(self, log=None, unreachable=()):
+        """Cleans up after a job whose ranks have all ended.
+
+        Args:
+            log: called with messages, or ``None``.
+            unreachable: hosts that stopped answering during the job (nothing to clean
+                there now).
+        """
 
 
 class Backend(abc.ABC):
@@ -199,6 +205,17 @@ class Backend(abc.ABC):
                 those hosts (the elastic mode leaves them out until discovery lists them
                 again).
         """
+
+    def reachable(self, names):
+        """Which of the hosts ``names``, left out of an elastic job because they stopped
+        answering, can run ranks again: the job uses those again without waiting for
+        discovery to drop and list them. Called from a background thread, every few seconds
+        while such hosts are left out; it may take up to a connection timeout.
+
+        Returns:
+            A list of names. Default: none (such hosts come back through discovery only).
+        """
+        return []
 
     def elastic_args(self, ranks):
         """Options for the program that keep an elastic world's survivors alive when a rank or

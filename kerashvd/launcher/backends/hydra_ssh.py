@@ -43,7 +43,8 @@ import tempfile
 
 from .. import shm_segments
 from ..hosts import is_local
-from ..ssh import CHECK_MARGIN, check_hosts, launch_address, on_every_host, remote_hosts
+from ..ssh import (CHECK_MARGIN, check_hosts, launch_address, on_every_host, remote_hosts,
+                   usable_hosts)
 from .base import Launch
 from .hydra import HydraBackend, LocalLaunch, mpiexec_command
 
@@ -82,9 +83,10 @@ class SshLaunch(Launch):
     def describe(self):
         return f"other hosts are reached with: {shlex.join(self.ssh_argv)} HOST ..."
 
-    def finish(self, log=None):
-        """Removes, on every checked remote host, the MPICH segments its ranks left (see the
-        module docstring); bounded like the check. A host that cannot be reached is logged."""
+    def finish(self, log=None, unreachable=()):
+        """Removes, on every checked remote host but the ``unreachable`` ones, the MPICH
+        segments its ranks left (see the module docstring); bounded like the check. A host
+        that cannot be reached is logged."""
         script = os.path.join(os.path.dirname(os.path.abspath(shm_segments.__file__)),
                               "shm_segments.py")
         timeout = shm_segments.SETTLE + CHECK_MARGIN
@@ -102,7 +104,7 @@ class SshLaunch(Launch):
             lines = proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
             return f"{host}: {lines[-1]}"
 
-        hosts = sorted(self.segments)
+        hosts = sorted(set(self.segments) - set(unreachable))
         for problem in filter(None, on_every_host(hosts, clean) if hosts else []):
             if log is not None:
                 log(f"could not remove the job's MPICH segments from /dev/shm on {problem}")
@@ -125,6 +127,12 @@ class SshHydra(HydraBackend):
 
     def several_hosts(self):
         return any(not is_local(h.name) for h in self.request.hosts or [])
+
+    def reachable(self, names):
+        # The check a job makes before it starts ranks there (ssh login, the same paths).
+        local = [name for name in names if is_local(name)]
+        remote = [name for name in names if not is_local(name)]
+        return local + usable_hosts(remote, self.request.ssh, self.program)
 
     @contextlib.contextmanager
     def prepare(self, hosts, log=None):
