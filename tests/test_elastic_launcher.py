@@ -240,6 +240,32 @@ def test_slots_are_waited_for_at_the_start():
     assert "elastic: waiting up to 30 s for 2 slots (-np); usable now: no host." in log
 
 
+def test_every_rank_failing_by_itself_ends_the_job_at_once():
+    """The script's own error on every rank (each exits 1 and says why), no host lost: the
+    job ends with that error instead of waiting --elastic-timeout for hosts."""
+    settings = ElasticSettings(Hosts(Host("a", 2)), np=2, min_np=1, timeout=30, interval=0.05)
+
+    def raising(world):
+        for rank in range(world.np):
+            world.channel.errors[rank] = "ValueError: bad input at step 3"
+        return end(world, failed=[0, 1], code=1)
+
+    started = time.monotonic()
+    code, sizes, log = drive(settings, raising)
+    assert time.monotonic() - started < 5, log
+    assert (code, sizes) == (1, [2]), log
+    assert "elastic: world 1 (2 ranks on a:2) ended: rank 0 exited with code 1 (on a); rank 1 " \
+           "exited with code 1 (on a).\nEvery rank failed by itself (ranks 0, 1: ValueError: " \
+           "bad input at step 3): an error of the training script, which another world would " \
+           "meet again; not starting one." in log, log
+    # Ranks killed by a signal are no failure of the script's own: their host is left out
+    # and the job waits for hosts as before.
+    settings.timeout = 0.3
+    code, sizes, log = drive(settings, lambda w: end(w, failed=[0, 1], code=-9))
+    assert (code, sizes) == (137, [2]), log
+    assert "by itself" not in log and "waiting up to 0.3 s for 1 slot (--min-np)" in log, log
+
+
 def test_a_host_that_stopped_answering_is_used_again_once_it_answers():
     """Host b stops answering (its ranks' connections time out) while discovery keeps listing
     it: the next world leaves it out; once the backend says it answers again, the world grows

@@ -16,7 +16,10 @@ Protocol, per rank:
    supervisor never leaves the child behind. SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 received
    by the supervisor (hydra forwards the launcher's signals) are passed on to the child; once
    the child has ended they are ignored, because a supervisor killed by a late SIGTERM while
-   exiting makes hydra SIGKILL the other ranks and print its "BAD TERMINATION" banner.
+   exiting makes hydra SIGKILL the other ranks and print its "BAD TERMINATION" banner. The
+   first three mean the job is being stopped (step 4); SIGUSR1 does not: hydra sends it to
+   every other process when one fails while its auto-cleanup is off (kerashvdrun's elastic
+   mode), as MPICH's notice of a failed process.
 2. Copy the child's stdout and stderr line by line, each line passed on in one write, so that
    lines of different ranks cannot interleave within a line: a program may write a line in
    pieces (with PYTHONUNBUFFERED=1, common in batch jobs, print() writes its text and the
@@ -75,6 +78,7 @@ import shm_segments  # noqa: E402
 import tf_defaults  # noqa: E402
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 _ORPHAN_GRACE = 5.0  # seconds between SIGTERM and SIGKILL when the launcher is gone
 _HOST = socket.gethostname().split()[0] if socket.gethostname().strip() else "?"
@@ -294,7 +298,8 @@ def main(argv):
     state["watch_ready"].set()
 
     def forward(signum, frame):
-        state["stopped"] = True
+        if signum in _STOPPING:
+            state["stopped"] = True
         if state["child"] is None:
             state["pending"].append(signum)
         else:

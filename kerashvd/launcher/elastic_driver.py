@@ -20,8 +20,10 @@ last commit (``handover.py`` explains that protocol). The loop, in the launcher'
    A host that stops answering (its ranks' connections to kerashvdrun time out: a cut link,
    a host that went down) is lost: the world is stopped once its other ranks have handed over,
    whatever discovery lists.
-4. When every rank has ended: if they finished training, the job ends with 0. Otherwise the
-   failed ranks are charged to their hosts, the reset is counted (more than ``--reset-limit`` resets end the job) and the
+4. When every rank has ended: if they finished training, the job ends with 0. If every rank
+   failed by itself (each exited with an error of its own: the script's, which another world
+   would meet again), the job ends with that error. Otherwise the failed ranks are charged to
+   their hosts, the reset is counted (more than ``--reset-limit`` resets end the job) and the
    loop goes on at 1 with the next world. Hosts lost because they stopped answering are asked
    every few seconds whether they answer again (the backend's ``reachable``); those that do
    are used again at the next commit, as hosts that discovery adds.
@@ -35,6 +37,7 @@ import dataclasses
 import threading
 import time
 
+from . import exit_status
 from .discovery import DiscoveryError
 from .errors import LaunchError
 from .handover import RESET_EXIT_CODE, CommitStore, WorldChannel
@@ -132,6 +135,23 @@ class World:
     def unreachable_ranks(self):
         """Ranks whose host stopped answering."""
         return {rank for rank, event in self.lost.items() if event.unreachable}
+
+    def own_failure(self):
+        """When every rank failed by itself, a line naming the errors, else ``None``.
+
+        By itself: the rank exited with a code of its own (not killed by a signal, not for a
+        reset), and its supervisor reported it, so its host was there; no rank finished or
+        handed over. Such a failure is the script's: another world would meet it again.
+        """
+        reports = [self.reports.get(rank) for rank in range(self.np)]
+        if self.channel.done or self.channel.survivors or not all(
+                r is not None and 0 < r.returncode != RESET_EXIT_CODE for r in reports):
+            return None
+        errors = {}
+        for rank in range(self.np):
+            error = self.channel.errors.get(rank) or exit_status.describe(reports[rank].returncode)
+            errors.setdefault(error, []).append(rank)
+        return "; ".join(f"{_ranks(ranks)}: {error}" for error, ranks in errors.items())
 
     def describe_end(self, failed, store):
         """One line on how the world ended."""
@@ -360,6 +380,11 @@ class ElasticDriver:
                 self._log(f"elastic: {ends[-1]}; training had finished on "
                           f"{_ranks(sorted(channel.done))}: not starting another world.")
                 return self._last_code if failed else outcome.exit_code
+            own = world.own_failure()
+            if own is not None:
+                raise _GiveUp(f"{ends[-1]}.\nEvery rank failed by itself ({own}): an error "
+                              "of the training script, which another world would meet again; "
+                              "not starting one.", self._last_code)
             with self._lock:
                 self._pool.record_failures(world.ranks, set(failed),
                                            world.unreachable_ranks())
