@@ -60,9 +60,11 @@ def enable(sock, timeout):
     """Makes the kernel end ``sock`` (a TCP socket) once its other end has not answered for
     ``timeout`` seconds. Options this system lacks are skipped."""
     options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    # Linux ends a connection by TCP_USER_TIMEOUT (milliseconds, an int) and ignores
+    # TCP_KEEPCNT (at most 127) once it is set; elsewhere the probe count bounds the silence.
     for name, value in (("TCP_KEEPIDLE", _PROBE_EVERY), ("TCP_KEEPINTVL", _PROBE_EVERY),
-                        ("TCP_KEEPCNT", max(1, int(timeout) // _PROBE_EVERY + 1)),
-                        ("TCP_USER_TIMEOUT", int(timeout * 1000))):
+                        ("TCP_KEEPCNT", min(127, max(1, int(timeout) // _PROBE_EVERY + 1))),
+                        ("TCP_USER_TIMEOUT", min(2**31 - 1, int(timeout * 1000)))):
         if hasattr(socket, name):
             options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
     for level, option, value in options:

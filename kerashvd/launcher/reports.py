@@ -163,6 +163,10 @@ class ReportServer:
             pass
         return False
 
+    def watched(self):
+        """The server's ends of the watch connections open now."""
+        return self._watches.connections()
+
     def _transfer(self, conn, rank, verb, extra, received):
         """Sends the payload to, or receives a result from, one rank; then closes ``conn``."""
         conn.settimeout(_TRANSFER_TIMEOUT)

@@ -162,6 +162,7 @@ class Watches:
         self._new = queue.Queue()
         self._hosts = {}  # rank -> host, of every watch that opened
         self._selector = selectors.DefaultSelector()
+        self._lock = threading.Lock()  # the selector's map, changed by the reading thread
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kerashvd-watches", daemon=True)
         self._thread.start()
@@ -178,7 +179,8 @@ class Watches:
                     conn, rank, host = self._new.get_nowait()
                 except queue.Empty:
                     break
-                self._selector.register(conn, selectors.EVENT_READ, [rank, host, b""])
+                with self._lock:
+                    self._selector.register(conn, selectors.EVENT_READ, [rank, host, b""])
             for key, _ in self._selector.select(timeout=0.2):
                 self._read(key.fileobj, key.data)
 
@@ -196,11 +198,17 @@ class Watches:
         data[2] = (received + chunk)[-64:]
 
     def _ended(self, conn, rank, host, lost, unreachable):
-        self._selector.unregister(conn)
+        with self._lock:
+            self._selector.unregister(conn)
         conn.close()
         if lost and not self._closed.is_set():
             host_ranks = tuple(sorted(r for r, h in self._hosts.items() if h == host))
             self._events.put(RankLost(rank, host, unreachable, self._timeout, host_ranks))
+
+    def connections(self):
+        """The watch connections open now (being read)."""
+        with self._lock:
+            return [key.fileobj for key in self._selector.get_map().values()]
 
     def close(self):
         """Stops reading and closes every watch still open (their supervisors then stop their
