@@ -22,7 +22,7 @@ def _missing(internal, user, why):
     return PrivateApiError(
         f"private API changed: {internal} is gone or different in this Keras/TensorFlow; "
         f"{user} needs it to {why}. Install a TensorFlow/Keras that kerashvd supports "
-        "(see README, 'How it works'), or report this to kerashvd.")
+        "(docs/getting-started.md, 'Supported releases'), or report this to kerashvd.")
 
 
 # -- XLA ---------------------------------------------------------------------------------

@@ -3,7 +3,8 @@ nodes of tests/multinode_cluster.py's clusters, and on one host.
 
 Each job runs tests/slurm_scripts/hierarchical.py: the same collectives with the hierarchical
 settings off, on (and auto), checked against numpy and against each other bit for bit where the
-README says the results are equal, and checks that the data crossed the nodes' network links.
+documentation (docs/settings.md) says the results are equal, and checks that the data crossed
+the nodes' network links.
 
 - 2 nodes x 2 ranks in blocks (ranks 0-1 on the first node): hierarchical allreduce and
   allgather run, and float sums and products are bitwise equal to flat's; inside the same job,

@@ -4,8 +4,7 @@ kerashvd reaches them only through ``kerashvd/_private_api.py``, one function pe
 each test here calls that function (or checks what it needs) and fails with a message that
 names the internal and the kerashvd module that needs it, so a release that moves one is
 found here (and by tests/test_release_matrix.py on the oldest release), never by a silent
-change of behaviour. Keep this list in step with _private_api's functions (README, "How it
-works").
+change of behaviour. Keep this list in step with _private_api's functions (docs/how-it-works.md).
 """
 
 import os

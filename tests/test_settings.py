@@ -4,7 +4,9 @@ through all three; a bad value is refused by each, saying what was expected and 
 received; an unknown setting is an error. No MPI except in the one test that calls init():
 ``build_config`` is what init() calls, and ``kerashvdrun --dry-run`` prints the command."""
 
+import glob
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -114,6 +116,18 @@ def test_unknown_settings_are_errors(build, capsys):
         cli.main(["-np", "1", "--cycle-period-ms", "5", "--dry-run", "python", "x.py"])
     assert exit_info.value.code == 2
     assert "unrecognized arguments: --cycle-period-ms" in capsys.readouterr().err
+
+
+def test_variables_of_the_slurm_templates_are_known(build):
+    """A variable the templates read (KERASHVD_MAX_REQUEUES) reaches the job's ranks too, so
+    init() must accept it."""
+    names = set()
+    for template in glob.glob(os.path.join(REPO, "recipes", "slurm", "*.sbatch")):
+        with open(template) as f:
+            names |= set(re.findall(r"KERASHVD_[A-Z_]+", f.read()))
+    assert "KERASHVD_MAX_REQUEUES" in names
+    for name in sorted(names):
+        build("cycle_time_ms", {name: "1"})  # raises for an unknown KERASHVD_ variable
 
 
 def test_help_lists_every_flag_with_its_variable(capsys):

@@ -17,10 +17,11 @@ import tensorflow as tf
 from . import _names, _sparse
 from ..runtime._engine import core as _core
 from ._local_errors import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER,
-                            InvalidArgumentError, shared_with_peers)
+                            shared_with_peers)
 from ._xla_guard import check_not_xla
 from ._ops import OPS
 from .compression import Compression
+from ..runtime.invalid_argument import InvalidArgumentError
 from ..runtime.process_sets import global_process_set, resolve, set_size
 from .reduce_ops import SCATTER_OPS, Average, resolve_op
 from ..runtime._engine import require_init as _require_init
@@ -146,7 +147,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
         tensor: a tensor, or a ``tf.IndexedSlices``, whose values and indices are allgathered
             instead (op ``Sum`` or ``Average`` only, as in Horovod).
         average: deprecated Horovod argument; use ``op``.
-        device_dense, device_sparse: accepted for Horovod compatibility; unused.
+        device_dense: accepted for Horovod compatibility; unused.
+        device_sparse: the same.
         compression: a ``kerashvd.Compression`` applied around the collective.
         op: ``kerashvd.Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``. Min and
             Max propagate NaN (see ``kerashvd.collectives.reduce_ops``).
@@ -204,13 +206,25 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     Args:
         tensors: a list of dense tensors of one dtype and/or ``tf.IndexedSlices`` (whose
             values and indices are allgathered, as by :func:`allreduce`).
-        Others: as for :func:`allreduce`.
+        average: deprecated Horovod argument; use ``op``.
+        device_dense: accepted for Horovod compatibility; unused.
+        device_sparse: the same.
+        compression: as for :func:`allreduce`.
+        op: as for :func:`allreduce`.
+        prescale_factor: as for :func:`allreduce`.
+        postscale_factor: as for :func:`allreduce`.
+        name: as for :func:`allreduce`.
+        process_set: as for :func:`allreduce`.
 
     Returns:
         A list of reduced tensors (IndexedSlices for IndexedSlices), in the input's order.
 
     Raises:
-        As :func:`allreduce`.
+        ValueError: as :func:`allreduce`.
+        NotImplementedError: as :func:`allreduce`.
+        TypeError: as :func:`allreduce`.
+        tf.errors.FailedPreconditionError: as :func:`allreduce`.
+        tf.errors.InvalidArgumentError: as :func:`allreduce`.
 
     Example:
 

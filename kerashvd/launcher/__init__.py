@@ -21,8 +21,9 @@ Modules, one concept each (none imports TensorFlow):
   ranks' end is ``kerashvd.elastic``).
 - ``arg_types``: the flags' argparse types.
 - ``_supervisor.py`` and ``_worker.py``: scripts each rank runs (standard library only, and
-  cloudpickle for the worker); ``tf_defaults``: the TensorFlow environment defaults the
-  supervisor gives each rank (and ``kerashvd.init()`` sets before TensorFlow is imported).
+  cloudpickle for the worker). The supervisor gives each rank the TensorFlow environment
+  defaults of ``kerashvd/runtime/tf_defaults.py`` (which ``kerashvd.init()`` also sets before
+  TensorFlow is imported).
 """
 
 from .errors import LaunchError, RankError

@@ -49,7 +49,7 @@ Protocol, per rank:
 6. Exit with the child's code (128 + N for a child killed by signal N).
 
 The child's environment is the supervisor's plus TensorFlow's defaults that kerashvd prefers,
-where unset (tf_defaults.py: the pooling CPU allocator, no C++ INFO lines).
+where unset (``runtime/tf_defaults.py``: the pooling CPU allocator, no C++ INFO lines).
 
 In kerashvdrun's elastic mode (``KERASHVD_ELASTIC`` set), a rank must outlive the end of its
 world long enough to hand its last commit over (``handover.py``), but hydra ends a world that
@@ -62,6 +62,7 @@ supervisor lives.
 """
 
 import ctypes
+import importlib.util
 import os
 import re
 import select
@@ -72,10 +73,22 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run by path, with -I
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)  # run by path, with -I
 import keepalive  # noqa: E402
 import shm_segments  # noqa: E402
-import tf_defaults  # noqa: E402
+
+
+def _load_by_path(name, path):
+    """The module in file ``path`` (this script imports no package, not even kerashvd's)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tf_defaults = _load_by_path("tf_defaults", os.path.join(_HERE, os.pardir, "runtime",
+                                                        "tf_defaults.py"))
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -49,7 +49,7 @@ started with `srun --mpi=pmi2` (plus --overlap inside an srun step), so each get
 With --min-np, --max-np or --host-discovery-script (elastic mode, for scripts that train under
 hvd.elastic.run), a job whose ranks or hosts are lost goes on with fewer ranks, and grows
 when hosts come: each change of size starts a new world of processes that takes over the
-last commit of the one before (see "Elastic training" in the README).
+last commit of the one before (see docs/elastic.md).
 """
 
 _EPILOG = """\

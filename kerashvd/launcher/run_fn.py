@@ -167,8 +167,9 @@ def run(fn, np=1, args=(), kwargs=None, env=None, verbose=True, hosts=None, host
             printed, without the prefix.
         hosts: ``"node1:2,node2:2"`` (``:slots`` defaults to 1); ``None``: this machine.
         hostfile: a file of hosts instead (``node1 slots=2`` a line, as ``kerashvdrun``).
-        ssh_port, ssh_identity_file, ssh_config_file: ssh's port (``-p``), private key
-            (``-i``) and client configuration (``-F``) for the other hosts.
+        ssh_port: ssh's port (``-p``) on the other hosts.
+        ssh_identity_file: ssh's private key (``-i``) for the other hosts.
+        ssh_config_file: ssh's client configuration (``-F``) for the other hosts.
         ssh_connect_timeout: seconds a host may take to accept the ssh connection.
 
     Returns:

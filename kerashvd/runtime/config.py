@@ -19,9 +19,11 @@ from ._engine import core as _core
 
 # Variables kerashvd reads or sets itself besides the engine settings; KERASHVD_RESTART_COUNT
 # is the attempt number kerashvdrun gives every rank (launcher/restarts.py), for the script;
-# KERASHVD_ELASTIC, where the ranks of an elastic job reach kerashvdrun (elastic/launcher_link.py).
+# KERASHVD_ELASTIC, where the ranks of an elastic job reach kerashvdrun (elastic/launcher_link.py);
+# KERASHVD_MAX_REQUEUES, how often the SLURM templates (recipes/slurm/) requeue a job, which a
+# job's ranks inherit from its environment.
 _OTHER_VARIABLES = {tf_threads.VARIABLE, gpu_pinning.VARIABLE, "KERASHVD_RESTART_COUNT",
-                    "KERASHVD_ELASTIC"}
+                    "KERASHVD_ELASTIC", "KERASHVD_MAX_REQUEUES"}
 
 # init() keyword -> the engine's row for it: variable, horovod_variable, flag, kind, minimum,
 # unit, help, default, expected (what a value must be), ...

@@ -18,7 +18,8 @@ class DistributedGradientTape:
 
     Args:
         tape: the ``tf.GradientTape`` that recorded the forward pass.
-        device_dense, device_sparse: accepted for Horovod compatibility; unused.
+        device_dense: accepted for Horovod compatibility; unused.
+        device_sparse: the same.
         compression: ``kerashvd.Compression.none`` (default), ``.fp16`` or ``.bf16``.
         sparse_as_dense: densify ``tf.IndexedSlices`` gradients before reducing them.
         op: ``kerashvd.Average`` (default) or ``kerashvd.Sum``.
@@ -101,8 +102,10 @@ class DistributedGradientTape:
         ones divided by ``size()`` when ``scale_local_gradients`` (the default).
 
         Args:
-            target, sources, output_gradients, unconnected_gradients: as for
-                :meth:`gradient`; ``sources`` is a flat list (or tuple) of variables.
+            target: as for :meth:`gradient`.
+            sources: as for :meth:`gradient`, a flat list (or tuple) of variables.
+            output_gradients: as for :meth:`gradient`.
+            unconnected_gradients: as for :meth:`gradient`.
 
         Returns:
             A pair ``(local_gradients, global_gradients)`` of lists: the gradients of the

@@ -6,8 +6,8 @@ module each, picked in one place (:func:`select`).
 - ``hydra_local``: hydra's ``mpiexec`` forking every rank on this machine.
 
 Each is a :class:`~kerashvd.launcher.backends.base.Backend`; ``base.py`` says what one
-implements and in which order the launcher calls it, and README.md in this folder how to add
-one.
+implements and in which order the launcher calls it, and the contributor guide
+(``docs/contributing.md``, "Adding a launcher backend") how to add one.
 """
 
 from .base import Backend, Launch, Request, Supervision

@@ -63,7 +63,8 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
         name: name of the wrapper and prefix of its collectives' names (which ranks match
             them by). Default: ``"Distributed" + type(optimizer).__name__``. Give distinct
             names to optimizers that step at the same time (e.g. a GAN's two).
-        device_dense, device_sparse: accepted for Horovod compatibility; unused.
+        device_dense: accepted for Horovod compatibility; unused.
+        device_sparse: the same.
         compression: ``kerashvd.Compression.none`` (default), ``.fp16`` or ``.bf16``, applied
             to dense gradients on the wire.
         sparse_as_dense: densify ``tf.IndexedSlices`` gradients (embeddings) and allreduce
@@ -235,6 +236,7 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
         return self.iterations
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+        """Not supported: raises NotImplementedError (the JAX backend's path; use ``apply``)."""
         raise NotImplementedError("DistributedOptimizer runs on the TensorFlow backend, which "
                                   "has no stateless_apply; use apply()")
 
@@ -293,6 +295,7 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
 
     @property
     def learning_rate(self):
+        """The inner optimizer's learning rate (a schedule's value too); setting it sets that."""
         return self.inner_optimizer.learning_rate
 
     @learning_rate.setter
@@ -301,6 +304,8 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
 
     @property
     def iterations(self):
+        """The inner optimizer's step counter: the updates applied (not the calls, with
+        ``backward_passes_per_step`` > 1)."""
         return self.inner_optimizer.iterations
 
     @iterations.setter
@@ -314,6 +319,7 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
         return self.inner_optimizer.scale_loss(loss)
 
     def finalize_variable_values(self, var_list):
+        """Lets the inner optimizer finalize ``var_list`` at the end of ``fit`` (e.g. EMA)."""
         self.inner_optimizer.finalize_variable_values(var_list)
 
     # -- serialization --------------------------------------------------------------------

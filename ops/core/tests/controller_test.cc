@@ -6,12 +6,14 @@
 
 #include "../controller.h"
 #include "fake_world.h"
-#include "harness.h"
+#include "rank_threads_test.h"
 #include "test_util.h"
 
 namespace kerashvd {
 namespace testing {
 namespace {
+
+using ControllerTest = RankThreadsTest;  // the suite of this file
 
 std::vector<int> Ranks(int n) {
   std::vector<int> ranks;
@@ -43,7 +45,7 @@ std::string Names(const CycleResult& result) {
   return out;
 }
 
-TEST(ControllerAgreesAndThenServesFromCache) {
+TEST_F(ControllerTest, ControllerAgreesAndThenServesFromCache) {
   const int n = 3;
   FakeWorld world(n);
   std::vector<std::string> first(n), second(n);
@@ -73,7 +75,7 @@ TEST(ControllerAgreesAndThenServesFromCache) {
   EXPECT_EQ(second[0], "a;b;");     // cached work comes in slot order
 }
 
-TEST(ControllerWaitsForTheLastRank) {
+TEST_F(ControllerTest, ControllerWaitsForTheLastRank) {
   FakeWorld world(2);
   std::vector<std::string> cycle1(2), cycle2(2);
   RunRanks(2, [&](int rank) {
@@ -83,7 +85,9 @@ TEST(ControllerWaitsForTheLastRank) {
     ASSERT_OK(me.Cycle(rank == 0 ? std::vector<Request>{MakeRequest("a", {4})}
                                  : std::vector<Request>{}, &out));
     cycle1[rank] = Names(out);
-    if (rank == 0) EXPECT_TRUE(me.controller.has_pending());
+    if (rank == 0) {
+      EXPECT_TRUE(me.controller.has_pending());
+    }
     CycleResult later;
     ASSERT_OK(me.Cycle(rank == 1 ? std::vector<Request>{MakeRequest("a", {4})}
                                  : std::vector<Request>{}, &later));
@@ -116,22 +120,22 @@ void ExpectMismatch(const Request& on_rank0, const Request& on_rank1, const std:
   EXPECT_CONTAINS(errors[0], "rank 1 " + value1);
 }
 
-TEST(ControllerShapeMismatchIsAnErrorOnEveryRank) {
+TEST_F(ControllerTest, ControllerShapeMismatchIsAnErrorOnEveryRank) {
   ExpectMismatch(MakeRequest("t", {2, 3}), MakeRequest("t", {3, 2}), "shape", "[2, 3]", "[3, 2]");
 }
 
-TEST(ControllerDtypeMismatchIsAnErrorOnEveryRank) {
+TEST_F(ControllerTest, ControllerDtypeMismatchIsAnErrorOnEveryRank) {
   ExpectMismatch(MakeRequest("t", {2}), MakeRequest("t", {2}, DataType::kInt32), "dtype",
                  "float32", "int32");
 }
 
-TEST(ControllerOpMismatchIsAnErrorOnEveryRank) {
+TEST_F(ControllerTest, ControllerOpMismatchIsAnErrorOnEveryRank) {
   ExpectMismatch(MakeRequest("t", {2}),
                  MakeRequest("t", {2}, DataType::kFloat32, OpType::kAllgather), "collective",
                  "allreduce", "allgather");
 }
 
-TEST(ControllerMismatchAfterCachingIsStillCaught) {
+TEST_F(ControllerTest, ControllerMismatchAfterCachingIsStillCaught) {
   // A signature that changes on one rank after it was cached: that rank sends it in full,
   // the slot is evicted everywhere, and the ranks are compared again.
   FakeWorld world(2);
@@ -158,7 +162,7 @@ TEST(ControllerMismatchAfterCachingIsStillCaught) {
   EXPECT_CONTAINS(errors[0], "disagree on shape");
 }
 
-TEST(ControllerFailedRequestFailsEveryRank) {
+TEST_F(ControllerTest, ControllerFailedRequestFailsEveryRank) {
   FakeWorld world(2);
   std::vector<Response::Kind> kinds(2);
   std::vector<std::string> errors(2);
@@ -177,7 +181,7 @@ TEST(ControllerFailedRequestFailsEveryRank) {
   EXPECT_CONTAINS(errors[0], "'x' failed on rank 1: splits must add up to 3.");
 }
 
-TEST(ControllerDuplicateNameFailsLocally) {
+TEST_F(ControllerTest, ControllerDuplicateNameFailsLocally) {
   FakeWorld world(1);
   RankUnderTest me(&world, 0, Config());
   // Two entries with one name in one cycle, on a world of one: the second fails at once.
@@ -190,7 +194,7 @@ TEST(ControllerDuplicateNameFailsLocally) {
   EXPECT_EQ(Names(out), "a;");
 }
 
-TEST(ControllerWorkOrderIsTheSameOnEveryRank) {
+TEST_F(ControllerTest, ControllerWorkOrderIsTheSameOnEveryRank) {
   // Ranks submit the same tensors in different orders and cycles; every rank still runs them
   // in one order (what fusion and the backend calls rely on).
   const int n = 3;
@@ -215,7 +219,7 @@ TEST(ControllerWorkOrderIsTheSameOnEveryRank) {
   EXPECT_EQ(order[0].size(), 18u);
 }
 
-TEST(ControllerShutdownStopsEveryRankAndNamesWhoAsked) {
+TEST_F(ControllerTest, ControllerShutdownStopsEveryRankAndNamesWhoAsked) {
   const int n = 3;
   FakeWorld world(n);
   std::vector<CycleResult> results(n);
@@ -231,7 +235,9 @@ TEST(ControllerShutdownStopsEveryRankAndNamesWhoAsked) {
   for (int r = 0; r < n; ++r) {
     EXPECT_TRUE(results[r].shutdown);
     EXPECT_EQ(results[r].shutdown_ranks.size(), 1u);
-    if (!results[r].shutdown_ranks.empty()) EXPECT_EQ(results[r].shutdown_ranks[0], 1);
+    if (!results[r].shutdown_ranks.empty()) {
+      EXPECT_EQ(results[r].shutdown_ranks[0], 1);
+    }
     EXPECT_TRUE(results[r].work.empty());
   }
   // The entries still pending are handed back, to be failed by the caller.
@@ -240,7 +246,7 @@ TEST(ControllerShutdownStopsEveryRankAndNamesWhoAsked) {
   EXPECT_EQ(pending[2], 0u);
 }
 
-TEST(ControllerDeadPeerIsAnAbortNotAHang) {
+TEST_F(ControllerTest, ControllerDeadPeerIsAnAbortNotAHang) {
   FakeWorld world(2);
   Status status;
   // Only rank 0 runs a cycle; rank 1 never comes.
@@ -256,7 +262,7 @@ TEST(ControllerDeadPeerIsAnAbortNotAHang) {
   EXPECT_EQ(me.controller.TakePending().size(), 1u);
 }
 
-TEST(ControllerAbortFlagEndsTheWait) {
+TEST_F(ControllerTest, ControllerAbortFlagEndsTheWait) {
   FakeWorld world(2);
   AbortFlag abort;
   RankUnderTest me(&world, 0, Config(), std::chrono::milliseconds(60000), &abort);
@@ -273,7 +279,7 @@ TEST(ControllerAbortFlagEndsTheWait) {
   EXPECT_TRUE(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
 }
 
-TEST(ControllerStallShutdownIsFatalOnEveryRank) {
+TEST_F(ControllerTest, ControllerStallShutdownIsFatalOnEveryRank) {
   FakeWorld world(2);
   std::vector<std::string> fatal(2);
   RunRanks(2, [&](int rank) {

@@ -9,12 +9,14 @@
 
 #include "../engine.h"
 #include "fake_world.h"
-#include "harness.h"
+#include "rank_threads_test.h"
 #include "test_util.h"
 
 namespace kerashvd {
 namespace testing {
 namespace {
+
+using EngineTest = RankThreadsTest;  // the suite of this file
 
 constexpr auto kWait = std::chrono::seconds(10);
 
@@ -56,7 +58,7 @@ struct EngineRank {
   std::unique_ptr<Engine> engine;
 };
 
-TEST(EngineRunsTheWorldsAndASetsCollectives) {
+TEST_F(EngineTest, EngineRunsTheWorldsAndASetsCollectives) {
   const int n = 3;
   auto world = std::make_shared<FakeWorld>(n);
   std::vector<std::vector<float>> all(n), evens(n);
@@ -108,7 +110,7 @@ TEST(EngineRunsTheWorldsAndASetsCollectives) {
   EXPECT_CONTAINS(outsider[1], "rank 1 is not in process set 1");
 }
 
-TEST(EngineShutdownFailsPendingWorkNamingTheRank) {
+TEST_F(EngineTest, EngineShutdownFailsPendingWorkNamingTheRank) {
   auto world = std::make_shared<FakeWorld>(2);
   std::string message;
   RunRanks(2, [&](int rank) {

@@ -19,7 +19,7 @@
 // over the nodes. The result equals the flat allreduce's bit for bit wherever the reduction
 // is exact (integers; Min and Max of any type, mpi_reduce_ops.h) and, for floating-point
 // sums and products, where MPI's flat allreduce adds in the same order (tested with the
-// mpich wheel: 2 nodes x 2 ranks in blocks, ranks 0-1 and 2-3; README "Many nodes").
+// mpich wheel: 2 nodes x 2 ranks in blocks, ranks 0-1 and 2-3; docs/settings.md).
 // In kAuto, allreduces under 64 KiB stay flat (see kAutoAllreduceMinBytes); the size is the
 // backend call's, the same on every rank.
 //
