@@ -286,7 +286,7 @@ def test_fixture_leaves_the_node_idle(slurm_cluster):
 
 def test_srun_command_takes_the_job_shape_and_the_users_options():
     """No cluster needed: what kerashvdrun asks srun for, from the allocation's variables."""
-    from kerashvd.launcher.command import srun_command
+    from kerashvd.launcher.backends.srun import srun_command
 
     def head(environ, srun_args=(), env=None):
         argv = srun_command("srun", 4, ["python", "t.py"], environ=environ,
