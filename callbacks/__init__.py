@@ -24,7 +24,8 @@ other one with an error naming that variable.
 """
 
 from .broadcast_global_variables import BroadcastGlobalVariablesCallback, broadcast_model_state
-from .checkpoint_io import Checkpoint, atomic_save, latest_checkpoint
+from .checkpoint_io import atomic_save
+from .checkpoint_record import Checkpoint, latest_checkpoint
 from .distributed_validation import DistributedValidationCallback, reduce_metric_states
 from .join import JoinCallback, agree_steps_per_epoch
 from .learning_rate_schedule import LearningRateScheduleCallback

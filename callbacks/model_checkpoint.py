@@ -1,4 +1,4 @@
-"""Rank-0, crash-safe, resumable model checkpoints."""
+"""Keras' ModelCheckpoint for data-parallel jobs: rank 0 saves, atomically, with a resume record."""
 
 import math
 import os
@@ -7,14 +7,15 @@ import warnings
 import numpy as np
 
 import kerashvd as hvd
-from kerashvd.training.keras_compat import KERAS_NAME, USES_TF_KERAS
+from kerashvd.training.keras_compat import KERAS_NAME, USES_TF_KERAS, keras
 
 from ._callback import Callback
-from .checkpoint_io import atomic_save, read_record, remove_stale_temporaries, write_record
+from .checkpoint_io import atomic_save, remove_stale_temporaries
+from .checkpoint_record import Checkpoint, read_record, write_record
 from .random_state import add_random_state
 from .resume import batch_offset
 
-__all__ = ["ModelCheckpoint"]
+__all__ = ["BestModelCheckpoint", "ModelCheckpoint"]
 
 # The endings of single-file formats (written atomically), by save_weights_only. tf_keras also
 # writes the legacy HDF5 format; its SavedModel and TF-checkpoint formats are several files.
@@ -25,47 +26,37 @@ _MIN_HINTS = ("loss", "error", "mse", "mae", "mape", "msle", "crossentropy", "hi
 
 
 class ModelCheckpoint(Callback):
-    """Saves the model at the end of epochs, on rank 0 only, atomically, with a resume record.
+    """``keras.callbacks.ModelCheckpoint`` on rank 0, saving atomically, with a resume record.
 
-    A drop-in for ``keras.callbacks.ModelCheckpoint`` (epoch frequency) in data-parallel
-    jobs: every rank holds the same model, so only rank 0 writes; other ranks do nothing (no
-    collectives, no waiting). Each file is written to a temporary file in the same directory,
-    fsynced and renamed over the final name (:func:`atomic_save`), so a crash never leaves a
-    half-written checkpoint under the final name; the temporary files a crash leaves are
-    removed when training starts and at the next save. After each save, the record
-    ``kerashvd_checkpoint.json`` in the file's directory names the file and the epochs
-    completed; :func:`latest_checkpoint` reads it to resume::
+    At the end of each epoch a ``keras.callbacks.ModelCheckpoint`` built from these arguments
+    decides whether to save (``save_best_only``, ``monitor``, ``mode``,
+    ``initial_value_threshold``), names the file (``{epoch}`` and log keys in ``filepath``) and
+    saves. kerashvd adds what a job of many ranks needs:
 
-        ckpt = hvd.callbacks.latest_checkpoint(ckpt_dir)      # same answer on every rank
-        if ckpt:
-            model = hvd.load_model(ckpt.path)                 # weights + optimizer state
-        model.fit(..., initial_epoch=ckpt.epoch if ckpt else 0, callbacks=[
-            hvd.callbacks.BroadcastGlobalVariablesCallback(0),  # rank 0's state everywhere
-            hvd.callbacks.ModelCheckpoint(path, initial_value_threshold=ckpt and ckpt.best)])
+    - **Rank 0 saves**; every rank holds the same model, so the others do nothing.
+    - **Atomic files** (:func:`atomic_save`): a crash never leaves half a checkpoint under
+      the final name.
+    - **A resume record**, ``kerashvd_checkpoint.json`` in the file's directory, written
+      after each file: the file and its position (epochs done, batches of the next epoch, the
+      optimizer's ``iterations``). :func:`latest_checkpoint` reads it for every rank;
+      :func:`restore` and :func:`fit_resumable` resume there.
+    - **Saves at any batch**: ``save_freq=N`` saves every N batches counted from the epoch's
+      start (also after a resume) and at the epoch's end; :class:`PreemptionCallback` saves
+      where a signal stopped training. Their files get ``-step{N:06d}`` before the suffix (or
+      ``batch=N`` in a ``{batch}`` field), so an epoch's saves never overwrite each other.
+    - **Random state**: the dropout layers' generator state, which Keras leaves out, is added
+      to each file, for a bit-exact resume.
+    - ``max_to_keep``: only the newest files this callback wrote are kept.
 
-    Loading on rank 0 only also works (the other ranks build and compile the same model in
-    code; the broadcast callback then copies rank 0's weights, iterations and optimizer slots).
-    A full-model ``.keras`` file holds the optimizer state; a ``.weights.h5`` file does not.
-    With Keras 2 (tf_keras) a full-model ``.h5`` file (legacy HDF5, optimizer state included)
-    and ``.h5`` weights work too; tf_keras' SavedModel directories and TF checkpoints are
-    several files, which cannot be replaced atomically, and are refused.
-
-    The record is written right after the model file (two atomic renames, not one): a crash
-    between them leaves a complete model file and a record of the previous save. With
-    ``{epoch}`` in ``filepath`` that record names the previous, still intact file, so resuming
-    is exact; with a fixed name the file is one epoch newer than the record says.
+    A ``.keras`` file holds the optimizer state; a ``.weights.h5`` file does not. With Keras 2
+    (tf_keras) full-model and weights ``.h5`` files work too; SavedModel directories and TF
+    checkpoints are several files, which cannot be replaced atomically, and are refused.
 
     With ``save_best_only``, the monitored value must be the same on every rank for rank 0's
     choice to mean anything: put :class:`MetricAverageCallback` (and, for ``val_*``,
-    :class:`DistributedValidationCallback`) before this callback. Use one ``ModelCheckpoint``
-    per directory (the record is per directory).
-
-    Saves inside an epoch (``save_freq=N``, and :class:`PreemptionCallback`'s save) record the
-    batches of the epoch already trained (``Checkpoint.step``), for :func:`fit_resumable` to
-    continue from; their file is the epoch's name with ``-step{N:06d}`` before the suffix
-    (or ``filepath`` formatted with ``batch=N`` when it holds ``{batch}``), so an epoch's
-    saves never overwrite each other. The record also holds the optimizer's ``iterations``,
-    which :func:`restore` checks against the loaded file.
+    :class:`DistributedValidationCallback`) before this callback. A missing or NaN value is
+    never an improvement, whatever the Keras version. Use one ``ModelCheckpoint`` per
+    directory (the record is per directory).
 
     Args:
         filepath: where to save; may contain ``{epoch}`` (1-based, as in Keras) and log keys,
@@ -77,10 +68,10 @@ class ModelCheckpoint(Callback):
         save_weights_only: save weights (``model.save_weights``) instead of the whole model.
         initial_value_threshold: the best value so far (e.g. ``Checkpoint.best`` on resume);
             a model must beat it to be saved with ``save_best_only``.
-        verbose: when > 0, rank 0 prints a line per save.
-        save_freq: ``"epoch"``, or a number of batches N: then also every N batches inside
-            an epoch (counted from the epoch's start; Keras' own callback would stop saving
-            at epoch ends). Not with ``save_best_only``.
+        verbose: when > 0, rank 0 prints Keras' line per epoch-end save and one per save
+            inside an epoch.
+        save_freq: ``"epoch"``, or a number of batches N (see above). Not with
+            ``save_best_only``.
         max_to_keep: keep only the newest this many of the files this callback wrote
             (``None``: keep all). Older ones are deleted after the record names a newer
             file; files this callback did not write are never touched.
@@ -102,16 +93,14 @@ class ModelCheckpoint(Callback):
                  save_weights_only=False, initial_value_threshold=None, verbose=0,
                  save_freq="epoch", max_to_keep=None):
         super().__init__()
-        if save_freq != "epoch" and (isinstance(save_freq, bool) or not isinstance(save_freq, int)
-                                     or save_freq < 1):
+        if save_freq != "epoch" and not _positive_int(save_freq):
             raise ValueError("save_freq must be 'epoch' or a positive number of batches; "
                              f"received save_freq={save_freq!r}")
         if save_freq != "epoch" and save_best_only:
             raise ValueError("save_best_only compares epoch-end metrics; it cannot be combined "
                              f"with saves every {save_freq} batches (save_freq). Use two "
                              "ModelCheckpoints in two directories for both.")
-        if max_to_keep is not None and (isinstance(max_to_keep, bool)
-                                        or not isinstance(max_to_keep, int) or max_to_keep < 1):
+        if max_to_keep is not None and not _positive_int(max_to_keep):
             raise ValueError(f"max_to_keep must be None or an int >= 1; received {max_to_keep!r}")
         filepath = os.fspath(filepath)
         suffixes = _SUFFIXES[bool(save_weights_only)]
@@ -125,17 +114,39 @@ class ModelCheckpoint(Callback):
             raise ValueError(f"mode must be 'auto', 'min' or 'max'; received mode={mode!r}")
         if mode == "auto" and save_best_only:
             mode = _infer_mode(monitor)
-        self.filepath = filepath
-        self.monitor = monitor
-        self.mode = mode
-        self.save_best_only = bool(save_best_only)
-        self.save_weights_only = bool(save_weights_only)
-        self.best = None if initial_value_threshold is None else float(initial_value_threshold)
-        self.verbose = verbose
-        self.save_freq = save_freq
-        self.max_to_keep = max_to_keep
+        self.filepath, self.monitor, self.mode = filepath, monitor, mode
+        self.save_best_only, self.save_weights_only = bool(save_best_only), bool(save_weights_only)
+        self.verbose, self.save_freq, self.max_to_keep = verbose, save_freq, max_to_keep
+        # Keras decides and saves at epoch ends, through _AtomicSaving. Its mode only matters
+        # with save_best_only; elsewhere "min" keeps Keras from inferring one from the name.
+        self._keras = keras.callbacks.ModelCheckpoint(
+            filepath, monitor=monitor, verbose=verbose, save_best_only=self.save_best_only,
+            save_weights_only=self.save_weights_only,
+            mode=mode if self.save_best_only else "min",
+            initial_value_threshold=initial_value_threshold)
+        self._saving = None
         self._files = None  # the files written and kept, oldest first; from the record
         self._epoch = 0
+
+    @property
+    def best(self):
+        """The best monitored value so far (``None`` before the first)."""
+        best = self._keras.best
+        return None if best is None or not math.isfinite(float(best)) else float(best)
+
+    def set_model(self, model):
+        """Keras calls this before training; Keras' ``ModelCheckpoint`` then sees ``model``
+        through a view whose ``save`` and ``save_weights`` write atomically.
+
+        Args:
+            model: the model being trained.
+
+        Raises:
+            TypeError: for a model of the other Keras (see ``TF_USE_LEGACY_KERAS``).
+        """
+        super().set_model(model)
+        self._saving = _AtomicSaving(model)
+        self._keras.set_model(self._saving)
 
     def on_train_begin(self, logs=None):
         directory = os.path.dirname(os.path.abspath(self.filepath))
@@ -153,6 +164,25 @@ class ModelCheckpoint(Callback):
         if step % self.save_freq == 0 and not (steps and batch + 1 >= steps):
             self.save_position(self._epoch, step, logs)  # the last batch: on_epoch_end saves
 
+    def on_epoch_end(self, epoch, logs=None):
+        if hvd.rank() != 0:
+            return
+        logs = dict(logs or {})
+        if self.save_best_only:  # Keras 3.3 and tf_keras skip these; later Keras 3 saves
+            current = logs.get(self.monitor)
+            if current is None:
+                warnings.warn(f"ModelCheckpoint: can save best model only with {self.monitor} "
+                              f"available; skipping. Logged keys: {sorted(logs)}", stacklevel=2)
+                return
+            if math.isnan(float(current)):
+                return
+        steps = (getattr(self, "params", None) or {}).get("steps") or 0
+        logs["batch"] = steps + batch_offset(self.model)  # for {batch} in filepath
+        self._saving.written = None
+        self._keras.on_epoch_end(epoch, logs)
+        if self._saving.written:
+            self._record(self._saving.written, epoch + 1, 0)
+
     def save_position(self, epoch, step, logs=None):
         """Saves now, inside epoch ``epoch`` (0-based) after ``step`` of its batches, on rank 0.
 
@@ -164,60 +194,36 @@ class ModelCheckpoint(Callback):
         """
         if hvd.rank() != 0:
             return None
-        logs = dict(logs or {})
-        path = self.filepath.format(**{**logs, "epoch": epoch + 1, "batch": step})
+        path = self.filepath.format(**{**(logs or {}), "epoch": epoch + 1, "batch": step})
         if "{batch" not in self.filepath:
             stem, suffix = _split_suffix(path)
             path = f"{stem}-step{step:06d}{suffix}"
-        return self._write(path, epoch, step)
+        save = self._saving.save_weights if self.save_weights_only else self._saving.save
+        save(path, overwrite=True)
+        self._record(path, epoch, step)
+        if self.verbose:
+            print(f"\nEpoch {epoch + 1}, batch {step}: saved model to {path}")
+        return path
 
-    def on_epoch_end(self, epoch, logs=None):
-        if hvd.rank() != 0:
-            return
-        logs = dict(logs or {})
-        current = logs.get(self.monitor)
-        if self.save_best_only:
-            if current is None:
-                warnings.warn(f"ModelCheckpoint: can save best model only with {self.monitor} "
-                              f"available; skipping. Logged keys: {sorted(logs)}", stacklevel=2)
-                return
-            current = float(current)
-            if not self._improves(current):
-                return
-            self.best = current
-        steps = (getattr(self, "params", None) or {}).get("steps") or 0
-        path = self.filepath.format(**{**logs, "epoch": epoch + 1,
-                                       "batch": steps + batch_offset(self.model)})
-        self._write(path, epoch + 1, 0)
-
-    def _write(self, path, epoch, step):
-        """Writes the model to ``path``, then the record, then drops files past max_to_keep."""
+    def _record(self, path, epoch, step):
+        """Records ``path`` at its position, then drops the files past ``max_to_keep``."""
         directory = os.path.dirname(os.path.abspath(path))
-        save = self.model.save_weights if self.save_weights_only else self.model.save
-
-        def writer(tmp_path):
-            save(tmp_path)
-            add_random_state(self.model, tmp_path)  # Keras leaves the dropout RNG state out
-
-        atomic_save(path, writer)
         files = [f for f in self._kept_files(directory) if os.path.abspath(f) != os.path.abspath(path)]
         files.append(path)
         dropped = files[:-self.max_to_keep] if self.max_to_keep else []
         files = files[len(dropped):]
         optimizer = getattr(self.model, "optimizer", None)
-        iterations = None if optimizer is None or self.save_weights_only else int(np.asarray(optimizer.iterations))
-        write_record(directory, path, epoch, monitor=self.monitor if self.save_best_only else None,
-                     best=self.best, step=step, iterations=iterations, files=files)
+        iterations = (None if optimizer is None or self.save_weights_only
+                      else int(np.asarray(optimizer.iterations)))
+        write_record(directory, Checkpoint(
+            path, epoch, monitor=self.monitor if self.save_best_only else None, best=self.best,
+            step=step, iterations=iterations, files=tuple(files)))
         self._files = files
         for old in dropped:  # only after the record names a newer file
             try:
                 os.remove(old)
             except FileNotFoundError:
                 pass
-        if self.verbose:
-            where = f"Epoch {epoch}" if not step else f"Epoch {epoch + 1}, batch {step}"
-            print(f"\n{where}: saved model to {path}")
-        return path
 
     def _kept_files(self, directory):
         """The files this callback (or the run it resumes) wrote into ``directory``."""
@@ -229,12 +235,33 @@ class ModelCheckpoint(Callback):
             self._files = list(record.files) if record is not None else []
         return self._files
 
-    def _improves(self, value):
-        if math.isnan(value):
-            return False
-        if self.best is None:
-            return True
-        return value < self.best if self.mode == "min" else value > self.best
+
+class _AtomicSaving:
+    """The model as Keras' ``ModelCheckpoint`` sees it: ``save`` and ``save_weights`` write
+    through :func:`atomic_save` and add the random state (``written`` is the last file);
+    everything else is the model's own."""
+
+    def __init__(self, model):
+        self._model = model
+        self.written = None
+
+    def __getattr__(self, name):  # only for names not found on the view itself
+        if name == "_model":
+            raise AttributeError(name)
+        return getattr(self._model, name)
+
+    def save(self, filepath, *args, **kwargs):
+        self._write(filepath, lambda tmp: self._model.save(tmp, *args, **kwargs))
+
+    def save_weights(self, filepath, *args, **kwargs):
+        self._write(filepath, lambda tmp: self._model.save_weights(tmp, *args, **kwargs))
+
+    def _write(self, filepath, save):
+        def write(tmp_path):
+            save(tmp_path)
+            add_random_state(self._model, tmp_path)  # Keras leaves the dropout RNG state out
+
+        self.written = atomic_save(filepath, write)
 
 
 class BestModelCheckpoint(ModelCheckpoint):
@@ -244,7 +271,7 @@ class BestModelCheckpoint(ModelCheckpoint):
     Args:
         filepath: where to save (see :class:`ModelCheckpoint`).
         monitor: the log key to improve, ``"val_loss"`` by default.
-        verbose: when > 0, rank 0 prints a line per save.
+        verbose: when > 0, rank 0 prints a line per epoch.
         mode: ``"min"``, ``"max"`` or ``"auto"``.
         save_freq: ``"epoch"``.
 
@@ -260,6 +287,10 @@ class BestModelCheckpoint(ModelCheckpoint):
     def __init__(self, filepath, monitor="val_loss", verbose=0, mode="auto", save_freq="epoch"):
         super().__init__(filepath, monitor=monitor, mode=mode, save_best_only=True,
                          verbose=verbose, save_freq=save_freq)
+
+
+def _positive_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _split_suffix(path):

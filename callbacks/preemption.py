@@ -34,6 +34,8 @@ from .resume import batch_offset
 __all__ = ["Preempted", "PreemptionCallback", "PREEMPTED_EXIT_CODE"]
 
 PREEMPTED_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL
+"""The exit code of a rank that :class:`PreemptionCallback` stopped after saving (75, the
+``EX_TEMPFAIL`` of ``sysexits.h``): the SLURM templates requeue a job that ends with it."""
 
 
 class Preempted(SystemExit):

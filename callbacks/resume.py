@@ -11,8 +11,8 @@ periodic saves and the preemption check see the same positions as in an uninterr
 Exact resumption needs a data pipeline whose order is a function of the epoch alone (e.g.
 shuffled with a seed made of the run's seed, the rank and the epoch), so ``dataset_fn(e, k)``
 can produce epoch ``e``'s batches from the ``k``-th on, in a new process. With that, the
-model's and optimizer's state in the checkpoint (Keras saves the dropout layers' random
-generator state with the weights), and the learning rate set by callbacks from the position,
+model's and optimizer's state in the checkpoint (``ModelCheckpoint`` adds the dropout layers'
+random-generator state to each file), and the learning rate set by callbacks from the position,
 a resumed run computes the same steps as an uninterrupted one on the same ranks.
 """
 
@@ -21,10 +21,9 @@ import weakref
 
 import numpy as np
 
-import kerashvd as hvd
-
 from kerashvd.training.keras_compat import build_optimizer
 
+from .checkpoint_record import on_root
 from .random_state import load_random_state, warn_unrestorable_random_layers
 
 __all__ = ["batch_offset", "fit_resumable", "restore"]
@@ -64,7 +63,8 @@ def fit_resumable(model, dataset_fn, *, epochs, steps_per_epoch, initial_epoch=0
             ``epoch`` (0-based) from batch ``step`` on: a ``tf.data.Dataset`` of at least
             ``steps_per_epoch - step`` batches, in the same order for the same arguments in
             every process (see the module doc).
-        epochs, steps_per_epoch: as for ``fit``; ``steps_per_epoch`` is required.
+        epochs: as for ``fit``.
+        steps_per_epoch: as for ``fit``; required.
         initial_epoch: epochs already completed.
         initial_step: batches of epoch ``initial_epoch`` already trained (a checkpoint's
             ``step``); 0 starts at the epoch's beginning.
@@ -100,6 +100,7 @@ def fit_resumable(model, dataset_fn, *, epochs, steps_per_epoch, initial_epoch=0
     if initial_epoch > epochs or (initial_epoch == epochs and initial_step):
         raise ValueError(f"the position (epoch {initial_epoch}, step {initial_step}) is past "
                          f"the end of the run (epochs={epochs})")
+
     def batches(epoch, step):  # exactly the epoch's remaining batches, whatever dataset_fn adds
         return dataset_fn(epoch, step).take(steps_per_epoch - step)
 
@@ -136,7 +137,6 @@ def _merged(histories):
         merged.history = {k: list(first.history.get(k, [])) + list(merged.history.get(k, []))
                           for k in keys}
     return merged
-
 
 
 def restore(model, checkpoint, input_shape=None, root_rank=0):
@@ -180,26 +180,25 @@ def restore(model, checkpoint, input_shape=None, root_rank=0):
                              "input_shape=(None, ...) to build it here")
         # A call on zeros builds every kind of model, also subclassed ones without build().
         model(np.zeros([1 if d is None else d for d in input_shape], np.float32))
-    problem = None
-    if hvd.rank() == root_rank:
+
+    def load():
         try:
             optimizer = getattr(model, "optimizer", None)
             if optimizer is not None:
                 build_optimizer(optimizer, model.trainable_variables)
             model.load_weights(checkpoint.path)
             load_random_state(model, checkpoint.path)
-            loaded = None if optimizer is None else int(np.asarray(optimizer.iterations))
-            if None not in (checkpoint.iterations, loaded) and loaded != checkpoint.iterations:
-                problem = (f"{checkpoint.path} holds an optimizer at iterations={loaded}, but "
-                           f"its record says iterations={checkpoint.iterations} (epoch "
-                           f"{checkpoint.epoch}, step {checkpoint.step}): the file was "
-                           "replaced after the record was written. Resume from another file "
-                           "of the directory (fit_resumable with its position) or start over.")
         except (OSError, ValueError) as err:
-            problem = f"cannot load {checkpoint.path}: {type(err).__name__}: {err}"
-    problem = hvd.broadcast_object(problem, root_rank=root_rank, name="callbacks.restore")
-    if problem:
-        raise ValueError(problem)
-    if hvd.rank() == root_rank:
+            raise ValueError(f"cannot load {checkpoint.path}: {type(err).__name__}: {err}") from None
+        loaded = None if optimizer is None else int(np.asarray(optimizer.iterations))
+        if None not in (checkpoint.iterations, loaded) and loaded != checkpoint.iterations:
+            raise ValueError(
+                f"{checkpoint.path} holds an optimizer at iterations={loaded}, but its record "
+                f"says iterations={checkpoint.iterations} (epoch {checkpoint.epoch}, step "
+                f"{checkpoint.step}): the file was replaced after the record was written. "
+                "Resume from another file of the directory (fit_resumable with its position) "
+                "or start over.")
         warn_unrestorable_random_layers(model)
+
+    on_root(load, root_rank, "callbacks.restore")
     return checkpoint.epoch, checkpoint.step

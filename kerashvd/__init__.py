@@ -73,6 +73,7 @@ _LAZY = {
     "broadcast_object_fn": ".collectives.functions",
     "broadcast_": ".collectives.functions",
     "broadcast_variables": ".collectives.functions",
+    "broadcast_global_variables": ".collectives.functions",
     "start_timeline": ".timeline",
     "stop_timeline": ".timeline",
     "straggler_report": ".straggler",
@@ -108,9 +109,25 @@ def __getattr__(name):
     if name not in _LAZY:
         raise AttributeError(f"module 'kerashvd' has no attribute {name!r}")
     module = importlib.import_module(_LAZY[name], __name__)
+    if _LAZY[name] == ".runtime.lifecycle":
+        _join_layers(module)
     value = module if module.__name__.endswith("." + name) else getattr(module, name)
     globals()[name] = value
     return value
+
+
+def _join_layers(lifecycle):
+    """Adds to ``init()`` the step that belongs to a layer above the runtime.
+
+    The runtime never imports the layers above it (the contracts under ``[tool.importlinter]``
+    in ``pyproject.toml``), so the package, which stands above them all, joins them: when Keras
+    is imported already, ``init()`` registers kerashvd's Keras classes for
+    ``keras.saving.load_model`` (``kerashvd/training/_keras_classes.py``, a module that imports
+    neither TensorFlow nor Keras).
+    """
+    from .training import _keras_classes
+
+    lifecycle.after_init(_keras_classes.register_if_keras_imported)
 
 
 def __dir__():

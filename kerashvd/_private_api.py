@@ -22,7 +22,7 @@ def _missing(internal, user, why):
     return PrivateApiError(
         f"private API changed: {internal} is gone or different in this Keras/TensorFlow; "
         f"{user} needs it to {why}. Install a TensorFlow/Keras that kerashvd supports "
-        "(see README, 'How it works'), or report this to kerashvd.")
+        "(docs/getting-started.md, 'Supported releases'), or report this to kerashvd.")
 
 
 # -- XLA ---------------------------------------------------------------------------------
@@ -86,6 +86,76 @@ def inside_xla_function():
                        "kerashvd/collectives/_xla_guard.py",
                        "refuse collectives traced inside XLA with an error that names the fix")
     return get_context() is not None
+
+
+# -- names of unnamed collectives --------------------------------------------------------
+
+# tf.cond / tf.switch_case branches and tf.while_loop's condition and body are traced into
+# graphs of their own inside the function's graph; their names carry a process-wide number.
+_CONTROL_FLOW_GRAPHS = ("CondBranchFuncGraph", "WhileCondFuncGraph", "WhileBodyFuncGraph")
+
+
+def traced_function():
+    """The ``tf.function`` being traced here: ``(graph, name)``, or None eagerly and in a TF1
+    graph. ``graph`` is the function's graph (one per trace; branches and loop bodies of
+    ``tf.cond`` and ``tf.while_loop`` are skipped up to it) and ``name`` the traced Python
+    function's ``__name__``, the same on every rank.
+
+    Internal: ``tensorflow.python.framework.func_graph.FuncGraph``: its ``name`` (the Python
+    function's ``__name__``; the concrete function's name adds a process-wide number) and
+    ``outer_graph`` attributes, and the class names of control flow's subclasses. Public
+    alternative considered: ``tf.function``'s ``python_function`` is on the Function object,
+    which code being traced cannot reach.
+
+    Raises:
+        PrivateApiError: when a function graph lacks ``name`` or ``outer_graph``.
+    """
+    import tensorflow as tf  # lazy: imports TensorFlow
+
+    if tf.executing_eagerly():
+        return None
+    graph = tf.compat.v1.get_default_graph()
+    if not hasattr(graph, "outer_graph") and type(graph) is tf.Graph:
+        return None  # a TF1 graph
+    while type(graph).__name__ in _CONTROL_FLOW_GRAPHS:
+        graph = getattr(graph, "outer_graph", None)
+    name = getattr(graph, "name", None)
+    if not isinstance(name, str) or not hasattr(graph, "outer_graph"):
+        raise _missing("tensorflow.python.framework.func_graph.FuncGraph.name / .outer_graph",
+                       "kerashvd/collectives/_names.py",
+                       "name unnamed collectives by the tf.function being traced")
+    return graph, name
+
+
+# -- collectives in tf.function ----------------------------------------------------------
+
+def register_async_collectives(op_types):
+    """Lets ``tf.function`` start the stateful ops ``op_types`` in any order, as TensorFlow's
+    own collectives (ops/tf/kernels.h says why kerashvd's are stateful).
+
+    Internal: ``tensorflow.python.framework.auto_control_deps.ASYNC_STATEFUL_OPS``, the op
+    types that automatic control dependencies neither order nor add to a function's control
+    outputs (TensorFlow's ``CollectiveReduce``, ``NcclAllReduce``, ...). Public alternative
+    considered: none; an op that is not stateful is constant-folded and pruned by TensorFlow.
+
+    Raises:
+        PrivateApiError: when the set is gone.
+    """
+    from tensorflow.python.framework import auto_control_deps  # lazy: imports TensorFlow
+
+    known = getattr(auto_control_deps, "ASYNC_STATEFUL_OPS", None)
+    if not isinstance(known, frozenset):
+        raise _missing("tensorflow.python.framework.auto_control_deps.ASYNC_STATEFUL_OPS",
+                       "kerashvd/runtime/_op_library.py",
+                       "let tf.function run independent collectives at the same time")
+    auto_control_deps.ASYNC_STATEFUL_OPS = known | frozenset(op_types)
+
+
+def async_collectives():
+    """The op types :func:`register_async_collectives` has registered so far (and TF's)."""
+    from tensorflow.python.framework import auto_control_deps  # lazy: imports TensorFlow
+
+    return getattr(auto_control_deps, "ASYNC_STATEFUL_OPS", frozenset())
 
 
 # -- SyncBatchNormalization --------------------------------------------------------------
@@ -270,23 +340,6 @@ def keras_saving_walk_exists():
     from keras.src.saving import saving_lib  # lazy: imports Keras
 
     return callable(getattr(saving_lib, "_walk_saveable", None))
-
-
-def untracked(trackable, value):
-    """``value``, wrapped so that tf_keras' checkpoint dependencies do not follow it.
-
-    Internal: ``tf.Module._no_dependency`` (tf_keras trackables). Public alternative
-    considered: keeping the value outside the object, which tf_keras' copy and
-    serialization would then lose.
-
-    Raises:
-        PrivateApiError: when the method is gone.
-    """
-    no_dependency = getattr(trackable, "_no_dependency", None)
-    if not callable(no_dependency):
-        raise _missing("Trackable._no_dependency", "kerashvd/training/optimizer/keras2.py",
-                       "keep the gradient reducer out of tf_keras checkpoints")
-    return no_dependency(value)
 
 
 def tf_keras_optimizer_built(optimizer):

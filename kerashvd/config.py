@@ -1,4 +1,4 @@
-"""``kerashvd.config``, the path the README documents: the module :mod:`kerashvd.runtime.config`.
+"""``kerashvd.config``, the path the documentation names: the module :mod:`kerashvd.runtime.config`.
 
 The settings moved with the runtime; this name stays for scripts that read
 ``kerashvd.config.SETTINGS``. Importing it gives the very same module object.

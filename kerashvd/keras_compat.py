@@ -1,4 +1,5 @@
-"""``kerashvd.keras_compat``, the path the README documents: :mod:`kerashvd.training.keras_compat`.
+"""``kerashvd.keras_compat``, the path the documentation names: the module
+:mod:`kerashvd.training.keras_compat`.
 
 It moved with the rest of the Keras integration; this name stays for scripts that import
 ``keras`` (or ``USES_TF_KERAS``, ``KERAS_NAME``) from here. Importing it gives the very same

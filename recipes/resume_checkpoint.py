@@ -1,6 +1,6 @@
 """The recipes' checkpoints: their options, their callbacks, and resuming from the latest.
 
-Used by recipes/mnist.py and recipes/imagenet.py alike (README, "Resuming and preemption").
+Used by recipes/mnist.py and recipes/imagenet.py alike (docs/resuming.md).
 """
 
 import os

@@ -58,7 +58,7 @@ def shm_segments_left():
     def dead_since_start():
         new = shm_segments.segments() - before
         paths = {os.path.join(shm_segments.SHM_DIR, name) for name in new}
-        used = {os.path.basename(path) for path in shm_segments._in_use(paths)}
+        used = {os.path.basename(path) for path in shm_segments.in_use(paths)}
         return new - used
 
     def left(within=5.0):

@@ -3,6 +3,8 @@
     sudo python tests/multinode_bench.py [--rates 1gbit] [--parts allreduce,keras]
         [--layouts 2x1,2x2,2x2-cyclic,3x2,3x2-cyclic] [--passes 1]
         [--allreduce-args "--sizes 64K,256K,1M,4M,16M,64M"] [--keras-args "--repeats 2"]
+    sudo python tests/multinode_bench.py --rates 200mbit,50mbit --parts overlap
+        [--overlap-args "--cycles 40 --caps 0.25,4"]
 
 Starts the test cluster of tests/multinode_cluster.py (3 nodes when a layout needs them, else
 2; root and the SLURM packages needed), and for each rate limits both directions of every
@@ -26,6 +28,9 @@ each in one SLURM job:
   directory of generated digits (tests/datasets/mnist_tfds.py: 60000 training and 10000 test
   images unless ``--mnist-images`` says otherwise): each run's images/s (last epoch), the
   step time it gives and the final validation accuracy.
+- ``overlap``: ``srun -N 2 --ntasks-per-node=1 python -m kerashvd.bench overlap ...``: at 2
+  nodes x 1 rank (the cores are not shared by two ranks of a node), the Keras step with the
+  default gradient buckets next to compute only, allreduce only and one collective.
 
 Prints each table under a header naming the rate and layout, and the machine's load average
 before each job. Only a delay cannot be added: this machine's kernel has neither ``netem`` nor
@@ -66,6 +71,9 @@ def cluster_size(layouts):
     """Nodes the cluster needs for `layouts` (at least 2)."""
     return max([2] + [int(layout.split("x")[0]) for layout in layouts])
 ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+# The lines of the overlap benchmark's tables (besides '#' and 'per round' lines).
+OVERLAP_LINE = re.compile(r"(configuration|compute only|allreduce only|default|one collective|"
+                          r"num_groups|cap=|step |One default step|collective|\S+\.bucket)")
 
 
 def shape(cluster, rate, burst):
@@ -90,7 +98,8 @@ def run_part(cluster, argv, what, timeout):
     ok, output = multinode_cluster.retry_start(launch, what)
     if ok:  # the tables, without the ranks' stderr (TensorFlow's notices)
         output = "".join(line for line in output.splitlines(keepends=True)
-                         if line.startswith(("#", " ", "kerashvd", "plain", "per round")))
+                         if line.startswith(("#", " ", "kerashvd", "plain", "per round"))
+                         or OVERLAP_LINE.match(line))
     print(output if ok else f"{what} failed:\n{output[-5000:]}", flush=True)
     return ok
 
@@ -117,6 +126,14 @@ def run(cluster, args):
                                   "--hierarchical", args.hierarchical,
                                   *shlex.split(args.allreduce_args)],
                         f"allreduce bench at {rate}, {layout}", args.timeout)
+            if "overlap" in parts:
+                print(f"## links: {links}; 2 nodes x 1 rank ({', '.join(cluster.nodes[:2])})",
+                      flush=True)
+                failed += not run_part(
+                    cluster, [*SRUN, "-N", "2",
+                              "--ntasks-per-node=1", python, "-m", "kerashvd.bench", "overlap",
+                              *shlex.split(args.overlap_args)], f"overlap bench at {rate}",
+                    args.timeout)
             if "compression" in parts:
                 failed += run_compression(cluster, args, links)
             if "keras" in parts:
@@ -200,7 +217,7 @@ def parser():
                         "(default 1gbit)")
     p.add_argument("--burst", default="256kb", help="tbf bucket size (default 256kb)")
     p.add_argument("--parts", default="allreduce,keras",
-                   help="allreduce, keras, compression, or several separated by commas "
+                   help="allreduce, keras, overlap, compression, or several separated by commas "
                         "(default allreduce,keras)")
     p.add_argument("--layouts", default="2x1,2x2,2x2-cyclic,3x2,3x2-cyclic",
                    help="the allreduce part's layouts: NxL (N nodes x L ranks, in blocks) or "
@@ -223,6 +240,8 @@ def parser():
     p.add_argument("--mnist-args", default="--epochs 3 --warmup-epochs 1",
                    help="more arguments of recipes/mnist.py (default --epochs 3 "
                         "--warmup-epochs 1)")
+    p.add_argument("--overlap-args", default="",
+                   help="more arguments of python -m kerashvd.bench overlap")
     p.add_argument("--timeout", type=float, default=900,
                    help="seconds a job may take before it counts as hung in MPI's start and is "
                         "started again (default 900; the Keras runs get it each)")

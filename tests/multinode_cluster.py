@@ -81,6 +81,7 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import time
 

@@ -15,6 +15,8 @@ import string
 import subprocess
 import time
 
+import psutil
+
 from slurm_cluster import _find
 
 HOSTS = "/etc/hosts"
@@ -52,15 +54,18 @@ def _ns_inode(pid, kind):
 
 
 def _cmdline(pid):
+    """Process ``pid``'s command line, its arguments joined by spaces, or None when it is gone."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
+        return " ".join(psutil.Process(int(pid)).cmdline()).strip()
+    except (psutil.Error, ValueError):
         return None
 
 
 def _started(pid):
-    """Process ``pid``'s start time (clock ticks after boot, as a string), or None."""
+    """Process ``pid``'s start time (clock ticks after boot, as a string), or None.
+
+    Read from /proc, not psutil: the value goes into /etc/hosts lines that fixtures of other
+    sessions on this machine compare in this same form."""
     try:
         with open(f"/proc/{int(pid)}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[19]
@@ -203,10 +208,9 @@ class NodeNetwork:
         """Pids in the nodes' network namespaces or in the mount namespaces ``mnt_inodes``."""
         mnt = set(v for v in mnt_inodes if v)
         pids = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and (_ns_inode(entry, "net") in self.net_inodes or
-                                    _ns_inode(entry, "mnt") in mnt):
-                pids.append(int(entry))
+        for pid in psutil.pids():  # psutil has no namespaces: /proc/PID/ns tells them
+            if _ns_inode(pid, "net") in self.net_inodes or _ns_inode(pid, "mnt") in mnt:
+                pids.append(pid)
         return pids
 
     def remove(self):

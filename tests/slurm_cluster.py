@@ -48,6 +48,7 @@ import sys
 import tempfile
 import time
 
+import psutil
 import pytest
 
 from kerashvd.launcher import shm_segments
@@ -287,17 +288,13 @@ class SlurmCluster:
 
     def _processes(self):
         """Pids of processes other than this one whose environment holds our SLURM_CONF."""
-        marker = f"SLURM_CONF={self.conf}".encode() + b"\0"
         pids = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid():
-                continue
+        for proc in psutil.process_iter():
             try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if marker in f.read():
-                        pids.append(int(entry))
-            except OSError:
-                continue  # gone, or a kernel thread
+                if proc.pid != os.getpid() and proc.environ().get("SLURM_CONF") == self.conf:
+                    pids.append(proc.pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue  # gone, a zombie, or a kernel thread
         return pids
 
     def _cancel_all_jobs(self, within=20):
@@ -331,10 +328,10 @@ class SlurmCluster:
         while self._processes() and time.monotonic() < deadline:
             time.sleep(0.1)
         for pid in self._processes():
-            with contextlib.suppress(OSError):
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    leftovers.append((pid, f.read().replace(b"\0", b" ").decode(errors="replace")))
-                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                leftovers.append((pid, " ".join(proc.cmdline())))
+                proc.kill()
         shm_segments.remove_dead(self._segments_before)  # what killed ranks left in /dev/shm
         return leftovers
 

@@ -50,6 +50,8 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 from kerashvd.launcher import shm_segments
 from multinode_cluster import NODE_MPI_ENV
 from node_network import NodeNetwork, _cmdline, _ns_inode
@@ -197,10 +199,9 @@ class SshNodes:
         """[(pid, cmdline)] of the processes in ``node``'s network namespace but its sshd."""
         net = _ns_inode(self._daemons[node].pid, "net")
         found = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) != self._daemons[node].pid and \
-                    _ns_inode(entry, "net") == net:
-                found.append((int(entry), _cmdline(entry)))
+        for pid in psutil.pids():  # psutil has no namespaces: /proc/PID/ns tells them
+            if pid != self._daemons[node].pid and _ns_inode(pid, "net") == net:
+                found.append((pid, _cmdline(pid)))
         return found
 
     def segments(self, node):

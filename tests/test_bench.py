@@ -51,3 +51,30 @@ def test_keras_bench_runs_every_configuration():
         assert re.search(re.escape(label) + r".*\d+\.\d images/s", out), (label, out)
     for label in ("overhead at 1 rank", "scaling efficiency", "kerashvd / barrier-only"):
         assert re.search(r"per round, " + re.escape(label) + r": -?\d+\.\d% \(median", out), out
+
+
+def test_overlap_bench_prints_every_configuration_and_a_step_timeline():
+    args = ["overlap", "--widths", "8,16", "--batch", "4", "--cycles", "2", "--warmup", "1",
+            "--caps", "0.001"]
+    out = _run(args, timeout=900)
+    _check_header(out, args)
+    assert re.search(r"^# ranks: 2 on 1 node: ", out, re.M), out
+    assert re.search(r"^# load average \(1/5/15 min\) at start: [\d.]+ ", out, re.M), out
+    for label in ("compute only", "allreduce only", "default", "one collective",
+                  "num_groups=8", "cap=0.001"):
+        assert re.search(r"^" + re.escape(label) + r" +\d+\.\d +\d+\.\d - +\d+\.\d$", out,
+                         re.M), (label, out)
+    for label in ("default", "one collective", "cap=0.001", "(compute + allreduce)"):
+        assert re.search(r"^  " + re.escape(label) + r" +\d+\.\d\d \(\d+\.\d\d - \d+\.\d\d\)$",
+                         out, re.M), (label, out)
+    # The timeline of one default step: its buckets (one at the default cap, for a model
+    # this small), each submitted, ready everywhere and reduced, then the step's end.
+    rows = re.findall(r"^bench\.default\.bucket(\d+)\.float32 +(\d+) +([\d.]+) +([\d.]+) "
+                      r"+([\d.]+) +([\d.]+) - +([\d.]+)$", out, re.M)
+    assert [int(r[0]) for r in rows] == [0], out
+    tensors = int(re.search(r"MiB of gradients in (\d+) tensors", out).group(1))
+    assert int(rows[0][1]) == tensors and float(rows[0][2]) > 0, out  # all in one bucket
+    submitted, ready, start, end = map(float, rows[0][3:])
+    assert submitted <= ready <= start <= end, out
+    assert re.search(r"^step ends +[\d.]+ +\(compute-only step: median [\d.]+\)$", out,
+                     re.M), out

@@ -250,3 +250,25 @@ def test_a_node_lost_mid_epoch_then_back_rejoins(ssh_nodes, tmp_path, out):
     print(f"node lost after step {max(e['step'] for e in job.of('step', world=0))}; world 2 "
           f"started training {world['time'] - killed:.1f} s after the kill, from step "
           f"{world['step']}")
+
+
+def test_an_error_of_the_script_on_every_rank_ends_the_job_at_once(tmp_path, out):
+    """Every rank raises ValueError at step 3 (inside hvd.elastic.run, no host lost): the job
+    ends with that error instead of waiting --elastic-timeout for hosts (discovery could bring
+    some), and no other world starts."""
+    script, _ = discovery(tmp_path, "localhost:2\n")
+    started = time.monotonic()
+    job = Job([sys.executable, LIGHT, "--min-np", "1", "--max-np", "2",
+               "--host-discovery-script", script, "--elastic-timeout", "120", sys.executable,
+               TRAIN, str(out), "--epochs", str(EPOCHS), "--steps", str(STEPS),
+               "--fail-at", "3"])
+    assert job.finish() == 1, job.output()[-6000:]
+    seconds = time.monotonic() - started
+    log = job.output()
+    assert "kerashvdrun: elastic: world 1 (2 ranks on localhost:2) ended: rank 0 exited with " \
+           "code 1 (on localhost); rank 1 exited with code 1 (on localhost).\nEvery rank " \
+           "failed by itself (ranks 0, 1: ValueError: bad input at step 3): an error of the " \
+           "training script, which another world would meet again; not starting one." in log, log
+    assert [w["world"] for w in job.of("world")] == [0] and "waiting up to" not in log, log
+    assert seconds < 60, (seconds, log[-3000:])
+    print(f"the job ended {seconds:.1f} s after it started")

@@ -12,13 +12,15 @@ import time
 import pytest
 
 from kerashvd.launcher import cli
-from kerashvd.launcher.discovery import DiscoveryError, FixedHosts, ScriptDiscovery, slurm_hosts
+from kerashvd.launcher.backends.srun import slurm_hosts
+from kerashvd.launcher.discovery import DiscoveryError, FixedHosts, ScriptDiscovery
 from kerashvd.launcher.elastic_driver import ElasticDriver, ElasticSettings
 from kerashvd.launcher.handover import RESET_EXIT_CODE
 from kerashvd.launcher.host_pool import HostPool, change_kind, layout
 from kerashvd.launcher.hosts import Host
 from kerashvd.launcher.job import JobOutcome
 from kerashvd.launcher.reports import FailureReport
+from kerashvd.launcher.watches import RankLost
 
 
 def script(tmp_path, name, body):
@@ -151,7 +153,7 @@ def end(world, failed=(), survivors=(), done=(), commit=5, code=-9):
     return JobOutcome(returncode=0 if not failed and not survivors else 1, failure=failure)
 
 
-def drive(settings, *outcomes):
+def drive(settings, *outcomes, reachable=None):
     """Runs the driver; the k-th world ends as ``outcomes[k](world)``. Returns (exit code,
     the worlds' sizes, the log)."""
     sizes, lines = [], []
@@ -160,7 +162,7 @@ def drive(settings, *outcomes):
         sizes.append(world.np)
         return outcomes[len(sizes) - 1](world)
 
-    code = ElasticDriver(settings, launch, lines.append).run()
+    code = ElasticDriver(settings, launch, lines.append, reachable).run()
     return code, sizes, "\n".join(lines)
 
 
@@ -236,3 +238,62 @@ def test_slots_are_waited_for_at_the_start():
     code, sizes, log = drive(settings, lambda w: JobOutcome(0))
     assert (code, sizes) == (0, [2]), log
     assert "elastic: waiting up to 30 s for 2 slots (-np); usable now: no host." in log
+
+
+def test_every_rank_failing_by_itself_ends_the_job_at_once():
+    """The script's own error on every rank (each exits 1 and says why), no host lost: the
+    job ends with that error instead of waiting --elastic-timeout for hosts."""
+    settings = ElasticSettings(Hosts(Host("a", 2)), np=2, min_np=1, timeout=30, interval=0.05)
+
+    def raising(world):
+        for rank in range(world.np):
+            world.channel.errors[rank] = "ValueError: bad input at step 3"
+        return end(world, failed=[0, 1], code=1)
+
+    started = time.monotonic()
+    code, sizes, log = drive(settings, raising)
+    assert time.monotonic() - started < 5, log
+    assert (code, sizes) == (1, [2]), log
+    assert "elastic: world 1 (2 ranks on a:2) ended: rank 0 exited with code 1 (on a); rank 1 " \
+           "exited with code 1 (on a).\nEvery rank failed by itself (ranks 0, 1: ValueError: " \
+           "bad input at step 3): an error of the training script, which another world would " \
+           "meet again; not starting one." in log, log
+    # Ranks killed by a signal are no failure of the script's own: their host is left out
+    # and the job waits for hosts as before.
+    settings.timeout = 0.3
+    code, sizes, log = drive(settings, lambda w: end(w, failed=[0, 1], code=-9))
+    assert (code, sizes) == (137, [2]), log
+    assert "by itself" not in log and "waiting up to 0.3 s for 1 slot (--min-np)" in log, log
+
+
+def test_a_host_that_stopped_answering_is_used_again_once_it_answers():
+    """Host b stops answering (its ranks' connections time out) while discovery keeps listing
+    it: the next world leaves it out; once the backend says it answers again, the world grows
+    back at its next commit."""
+    hosts = Hosts(Host("a", 1), Host("b", 1))
+    settings = ElasticSettings(hosts, np=2, min_np=1, interval=0.05, probe_interval=0.05)
+    answers = threading.Event()
+    asked = []
+
+    def reachable(names):
+        asked.append(list(names))
+        return list(names) if answers.is_set() else []
+
+    def cut(world):
+        world.is_failure(RankLost(1, "b", unreachable=True, timeout=3.0, host_ranks=(1,)))
+        return end(world, survivors=[0])
+
+    def alone(world):
+        time.sleep(0.3)  # asked while b does not answer
+        answers.set()
+        deadline = time.monotonic() + 10
+        while world.channel.hosts_update is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return end(world, survivors=[0])
+
+    code, sizes, log = drive(settings, cut, alone, lambda w: JobOutcome(0), reachable=reachable)
+    assert (code, sizes) == (0, [2, 1, 2]), log
+    assert "rank 1 stopped answering (nothing came back for 3 s); rank 0 handed over" in log, log
+    assert "elastic: b answers again: ranks may run there again." in log, log
+    assert "elastic: world 2 ends at its next commit; the next runs 2 ranks on a:1,b:1." in log
+    assert ["b"] in asked

@@ -25,6 +25,7 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 
 from conftest import REPO, mpiexec_path
@@ -60,20 +61,9 @@ def _run(cmd, timeout=START_TIMEOUT, **settings):
 
 def _processes_naming(marker):
     """Pids of live (non-zombie) processes whose command line contains ``marker``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{entry}/stat") as f:
-                state = f.read().rsplit(")", 1)[-1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state != "Z":
-            found.append(int(entry))
-    return found
+    return [p.pid for p in psutil.process_iter(["cmdline", "status"])
+            if p.pid != os.getpid() and p.info["status"] != psutil.STATUS_ZOMBIE
+            and marker in " ".join(p.info["cmdline"] or [])]
 
 
 def _kill_all(pids):

@@ -104,7 +104,7 @@ SCRIPT = textwrap.dedent(r"""
     # 3. shutdown() in a child only forgets the parent's engine: no hang, no MPI call, and
     #    init() still refuses. (The child ends with os._exit, as multiprocessing's workers do:
     #    a normal exit would run the MPI library's destructors in the child, which with
-    #    MPICH's UCX transport break the parent's MPI state; see README.md.)
+    #    MPICH's UCX transport break the parent's MPI state; see docs/collectives.md.)
     pid = os.fork()
     if pid == 0:
         code = 1

@@ -3,7 +3,8 @@ nodes of tests/multinode_cluster.py's clusters, and on one host.
 
 Each job runs tests/slurm_scripts/hierarchical.py: the same collectives with the hierarchical
 settings off, on (and auto), checked against numpy and against each other bit for bit where the
-README says the results are equal, and checks that the data crossed the nodes' network links.
+documentation (docs/settings.md) says the results are equal, and checks that the data crossed
+the nodes' network links.
 In auto, the script asks the engine's rule (LinkModel, through kerashvd._core.allreduce_path)
 which path each allreduce takes and checks the results bit for bit against that path's.
 

@@ -2,11 +2,12 @@
 
 It must not change the process for other libraries: no environment variable set, no import
 hook installed, no TensorFlow or Keras imported, no native library loaded. What used to happen
-at import happens at ``init()`` or first use (README, "How it works").
+at import happens at ``init()`` or first use (docs/how-it-works.md).
 """
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -67,8 +68,8 @@ def test_public_names_still_resolve_on_first_use():
 
 
 def test_documented_module_paths_are_the_moved_modules():
-    """The README names kerashvd.config and kerashvd.keras_compat; they are the very modules of
-    runtime/ and training/ (monkeypatching either patches both)."""
+    """The documentation names kerashvd.config and kerashvd.keras_compat; they are the very
+    modules of runtime/ and training/ (monkeypatching either patches both)."""
     code = ("import kerashvd.config, kerashvd.runtime.config, kerashvd.keras_compat\n"
             "import kerashvd.training.keras_compat\n"
             "print(kerashvd.config is kerashvd.runtime.config,"
@@ -101,16 +102,52 @@ def test_an_editable_install_imports_callbacks_from_the_checkout():
                                                       "progress.py")
 
 
-# -- the package's layers (README, "How it works") ----------------------------------------
-LAYERS = ["runtime", "collectives", "training"]  # each may import the ones before it
-# The imports that go up a layer, each for a reason; anything else fails the test below.
-UPWARD = {
-    # init() registers the Keras classes when Keras is imported already (the module imports
-    # no Keras itself; keras.saving.load_model then knows them).
-    ("kerashvd.runtime.lifecycle", "kerashvd.training._keras_classes"),
-    # resolve() checks a collective's process set and raises the collectives' error type.
-    ("kerashvd.runtime.process_sets", "kerashvd.collectives._local_errors"),
-}
+# -- the package's layers (docs/how-it-works.md) ---------------------------------------------
+def _lint_imports(root, *args):
+    """Runs import-linter (the contracts under [tool.importlinter] in pyproject.toml) on the
+    checkout at `root`; returns (exit code, its report)."""
+    tool = os.path.join(os.path.dirname(sys.executable), "lint-imports")
+    if not os.path.exists(tool):
+        tool = shutil.which("lint-imports")
+    assert tool, "lint-imports not found: install the test extra (pip install '.[test]')"
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    environ["COLUMNS"] = "200"  # import-linter wraps its lines at the terminal's width
+    out = subprocess.run([tool, "--no-cache", "--no-logo", *args], capture_output=True,
+                         text=True, cwd=root, env=environ, timeout=120)
+    return out.returncode, out.stdout + out.stderr
+
+
+def test_layers_hold():
+    """runtime < collectives < training (with data, straggler, timeline) < launcher < elastic <
+    bench and the documented aliases; callbacks/ between the library and elastic; nothing
+    below elastic reaches the library through the package's public names."""
+    code, report = _lint_imports(REPO)
+    assert code == 0 and "0 broken" in report, report
+
+
+# One import against each contract, and how import-linter names it when it breaks.
+BAD_IMPORTS = [
+    ("kerashvd/runtime/world.py", "from ..training import tape\n",
+     "kerashvd.runtime is not allowed to import kerashvd.training"),
+    ("kerashvd/collectives/reduce_ops.py", "import kerashvd as hvd\n",
+     "kerashvd.collectives.reduce_ops is not allowed to import kerashvd"),
+    ("callbacks/progress.py", "from kerashvd.elastic import state\n",
+     "callbacks.progress -> kerashvd.elastic.state"),
+    ("kerashvd/data.py", "from . import timeline\n",
+     "kerashvd.data is not allowed to import kerashvd.timeline"),
+]
+
+
+@pytest.mark.parametrize("path, line, message", BAD_IMPORTS, ids=[p for p, _, _ in BAD_IMPORTS])
+def test_an_import_against_the_layers_breaks_a_contract(tmp_path, path, line, message):
+    for name in ("kerashvd", "callbacks"):
+        shutil.copytree(os.path.join(REPO, name), tmp_path / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(os.path.join(REPO, "pyproject.toml"), tmp_path)
+    with open(tmp_path / path, "a") as f:
+        f.write(line)
+    code, report = _lint_imports(str(tmp_path))
+    assert code == 1 and message in report, report
 
 
 def _package_modules():
@@ -127,15 +164,14 @@ def _package_modules():
     return modules
 
 
-def _imports(name, path, is_package, modules, top_level_only):
-    """The kerashvd modules that `name` imports (all its imports, or only module-level ones)."""
+def _module_level_imports(name, path, is_package, modules):
+    """The kerashvd modules that `name` imports when it is imported (also under a module-level
+    if/try; not inside functions or classes)."""
     import ast
 
     tree = ast.parse(open(path).read(), path)
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
-    if top_level_only:  # also imports under a module-level if/try
-        nodes = [n for top in tree.body for n in ast.walk(top)
-                 if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    nodes = [n for top in tree.body for n in ast.walk(top)
+             if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
     package = name if is_package else name.rpartition(".")[0]
     found = set()
     for node in nodes:
@@ -151,22 +187,6 @@ def _imports(name, path, is_package, modules, top_level_only):
     return {m for m in found if m in modules}
 
 
-def _layer(module):
-    parts = module.split(".")
-    return LAYERS.index(parts[1]) if len(parts) > 2 and parts[1] in LAYERS else None
-
-
-def test_lower_layers_never_import_higher_ones():
-    modules = _package_modules()
-    upward = set()
-    for name, (path, is_package) in modules.items():
-        own = _layer(name)
-        for target in _imports(name, path, is_package, modules, top_level_only=False):
-            if own is not None and _layer(target) is not None and _layer(target) > own:
-                upward.add((name, target))
-    assert upward == UPWARD, f"imports that go up a layer: {sorted(upward - UPWARD)}"
-
-
 def test_no_import_cycles():
     """Module-level imports form no cycle (importing a module also runs the packages above it,
     which a module's own packages have begun already)."""
@@ -177,7 +197,7 @@ def test_no_import_cycles():
     modules = _package_modules()
     graph = {}
     for name, (path, is_package) in modules.items():
-        edges = _imports(name, path, is_package, modules, top_level_only=True)
+        edges = _module_level_imports(name, path, is_package, modules)
         edges |= {p for target in edges for p in packages(target)}
         graph[name] = edges - packages(name) - {name}
     done, path = set(), []

@@ -5,6 +5,8 @@ Most ``kerashvdrun`` runs go through tests/launcher_scripts/kerashvdrun_light.py
 where kerashvd itself is under test.
 """
 
+import ctypes
+import mmap
 import os
 import re
 import signal
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from conftest import REPO
@@ -36,9 +39,8 @@ def kerashvdrun(*args, timeout=120):
 
 def _alive(pid):
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
 
 
@@ -89,22 +91,43 @@ def test_kerashvdrun_ranks_see_their_rank_and_size():
     assert "[1] RANK=1 SIZE=2 SUM=1 ENV_RANK=1" in proc.stdout, output
 
 
+def _map_without_fd(path):
+    """Maps the file ``path`` into this process and closes it, as MPICH's ranks do (Python's
+    mmap would keep a descriptor open); returns the function that unmaps it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = libc.mmap(None, mmap.PAGESIZE, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    finally:
+        os.close(fd)
+    assert address not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    return lambda: libc.munmap(address, mmap.PAGESIZE)
+
+
 def test_supervisors_remove_dead_mpich_segments_before_the_ranks_start():
     """A segment no process uses (a killed job's) is removed before MPI_Init could meet it;
-    one that a live process holds open stays."""
-    dead, live = "/dev/shm/mpich_shm_khvdtest_dead_0", "/dev/shm/mpich_shm_khvdtest_live_0"
-    for path in (dead, live):
+    one that a live process holds open stays, and so does one it only maps (as ranks do)."""
+    dead, live, mapped = (f"/dev/shm/mpich_shm_khvdtest_{kind}_0"
+                          for kind in ("dead", "live", "mapped"))
+    for path in (dead, live, mapped):
         with open(path, "wb") as f:
-            f.write(b"\0" * 64)
+            f.write(b"\0" * mmap.PAGESIZE)
     holder = open(live, "rb")
+    unmap = _map_without_fd(mapped)
     try:
         proc = kerashvdrun("-np", 1, sys.executable, "-c", "pass")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert not os.path.exists(dead)
         assert os.path.exists(live)
+        assert os.path.exists(mapped)
     finally:
         holder.close()
-        for path in (dead, live):
+        unmap()
+        for path in (dead, live, mapped):
             if os.path.exists(path):
                 os.unlink(path)
 

@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 
 from conftest import REPO
@@ -22,36 +23,20 @@ pytestmark = pytest.mark.mpi
 WITHIN = 20.0  # seconds for every process of the job to end (SIGTERM, then SIGKILL after 5 s)
 
 
-def _children():
-    """{parent pid: [child pids]} of the live (non-zombie) processes."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[-1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    return children
-
-
 def _descendants(pid):
-    children, found, todo = _children(), [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    """Pids of the live (non-zombie) descendants of process ``pid``."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [child.pid for child in children if _alive(child.pid)]
 
 
 def _alive(pid):
+    """Whether process ``pid`` exists and is not a zombie."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
 
 

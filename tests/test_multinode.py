@@ -124,8 +124,9 @@ def test_each_node_has_its_own_host_address_and_shm(cluster_3_nodes):
 
 @pytest.mark.slow
 def test_cpu_template_trains_on_two_nodes(cluster_2_nodes, tmp_path):
-    """The README's multi-node line: recipes/slurm/cpu.sbatch with -N 2 trains the quickstart
-    with one rank per node, and the job log stays free of TensorFlow's start-up notices."""
+    """The multi-node line of docs/launching.md: recipes/slurm/cpu.sbatch with -N 2 trains the
+    quickstart with one rank per node, and the job log stays free of TensorFlow's start-up
+    notices."""
     from conftest import REPO, TF_NOTICE
 
     template = os.path.join(REPO, "recipes", "slurm", "cpu.sbatch")

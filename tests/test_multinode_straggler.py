@@ -6,7 +6,7 @@ node with a noisy neighbour or throttled CPUs). The first two epochs' reports na
 the third names that node (its two ranks, sharing the small CPU share, also wait for each
 other, so the node is named by what the other node waited for the later of them) and no rank
 of the first node. (A slow link between exactly two nodes cannot be pinned on either end:
-both wait for each other alike; see the README.)
+both wait for each other alike; see docs/diagnostics.md.)
 """
 
 import json

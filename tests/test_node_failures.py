@@ -51,6 +51,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from conftest import REPO
@@ -82,26 +83,25 @@ NAMED["cut"] = NAMED["flap"] = NAMED["stop"]
 # in some runs.
 
 
-# ------------------------------------------------------------- one node's processes, via /proc
+# ------------------------------------- one node's processes (psutil; namespaces from /proc)
 
 
 def _slurmd(node):
     """The pid of ``node``'s slurmd (in its network namespace, started with ``-N node``)."""
     net = os.stat(f"/run/netns/{node}").st_ino
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and _ns_inode(entry, "net") == net:
-            argv = (_cmdline(entry) or "").split()
+    for pid in psutil.pids():
+        if _ns_inode(pid, "net") == net:
+            argv = (_cmdline(pid) or "").split()
             if argv and os.path.basename(argv[0]) == "slurmd" and argv[-1] == node:
-                return int(entry)
+                return pid
     raise RuntimeError(f"no slurmd runs for node {node}")
 
 
-def _state(pid):
+def _alive(pid):
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _node_processes(node):
@@ -110,13 +110,11 @@ def _node_processes(node):
     slurmd = _slurmd(node)
     net, mnt = os.stat(f"/run/netns/{node}").st_ino, _ns_inode(slurmd, "mnt")
     found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == slurmd:
-            continue
-        if _ns_inode(entry, "net") == net or _ns_inode(entry, "mnt") == mnt:
-            cmdline = _cmdline(entry)
-            if cmdline is not None and _state(entry) not in (None, "Z"):
-                found[int(entry)] = cmdline
+    for pid in psutil.pids():
+        if pid != slurmd and (_ns_inode(pid, "net") == net or _ns_inode(pid, "mnt") == mnt):
+            cmdline = _cmdline(pid)
+            if cmdline is not None and _alive(pid):
+                found[pid] = cmdline
     return found
 
 

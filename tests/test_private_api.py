@@ -4,8 +4,7 @@ kerashvd reaches them only through ``kerashvd/_private_api.py``, one function pe
 each test here calls that function (or checks what it needs) and fails with a message that
 names the internal and the kerashvd module that needs it, so a release that moves one is
 found here (and by tests/test_release_matrix.py on the oldest release), never by a silent
-change of behaviour. Keep this list in step with _private_api's functions (README, "How it
-works").
+change of behaviour. Keep this list in step with _private_api's functions (docs/how-it-works.md).
 """
 
 import os
@@ -57,6 +56,63 @@ def test_inside_xla_function():
     _hook(seen == [True], "tf.__internal__.get_enclosing_xla_context",
           "kerashvd/collectives/_xla_guard.py check_not_xla",
           "refuse collectives traced inside XLA")
+
+
+def test_register_async_collectives():
+    """kerashvd's collectives are stateful (never constant-folded nor pruned) and registered
+    as asynchronous: tf.function puts no control edge between two of them."""
+    import tensorflow as tf
+    from kerashvd.runtime._op_library import COLLECTIVE_OPS, OPS
+
+    _hook(set(COLLECTIVE_OPS) <= _call(_private_api.async_collectives),
+          "tensorflow.python.framework.auto_control_deps.ASYNC_STATEFUL_OPS",
+          "kerashvd/runtime/_op_library.py", "let tf.function run collectives concurrently")
+
+    @tf.function
+    def two(x):
+        a = OPS.kerashvd_allreduce(x, reduce_op=1, tensor_name="a")
+        b = OPS.kerashvd_allgather(x, tensor_name="b")
+        return a, b
+
+    graph = two.get_concrete_function(tf.TensorSpec([2], tf.float32)).graph
+    ops = [op for op in graph.get_operations() if op.type.startswith("Kerashvd")]
+    assert [op.type for op in ops] == ["KerashvdAllreduce", "KerashvdAllgather"]
+    assert all(op.op_def.is_stateful for op in ops)
+    _hook(not ops[1].control_inputs, "auto_control_deps.ASYNC_STATEFUL_OPS",
+          "kerashvd/runtime/_op_library.py", "keep tf.function from ordering collectives")
+
+
+def test_traced_function():
+    import tensorflow as tf
+
+    assert _call(_private_api.traced_function) is None  # eagerly
+    seen = []
+
+    def record():
+        graph, name = _call(_private_api.traced_function)
+        seen.append((name, graph))
+        return tf.constant(0.0)
+
+    @tf.function
+    def outer(x):
+        record()
+        tf.cond(x > 0, record, record)
+        for _ in tf.range(2):
+            record()
+        return inner(x)
+
+    @tf.function
+    def inner(x):
+        record()
+        return x
+
+    outer(tf.constant(1.0))
+    _hook([name for name, _ in seen] == ["outer"] * 4 + ["inner"],
+          "FuncGraph.name / .outer_graph and the control flow graphs' class names",
+          "kerashvd/collectives/_names.py", "name unnamed collectives by their tf.function")
+    assert len({id(graph) for _, graph in seen[:4]}) == 1 and seen[4][1] is not seen[0][1]
+    with tf.Graph().as_default():
+        assert _call(_private_api.traced_function) is None  # a TF1 graph
 
 
 def test_batch_norm_statistics_method_and_reduction_axes():
@@ -123,12 +179,10 @@ def test_keras_saving_walks_dir():
           "keep a DistributedOptimizer checkpoint in the plain optimizer's layout")
 
 
-def test_untracked_and_tf_keras_optimizer_built():
+def test_tf_keras_optimizer_built():
     tf_keras = pytest.importorskip("tf_keras")
 
     optimizer = tf_keras.optimizers.SGD(0.1)
-    optimizer.kept = _call(_private_api.untracked, optimizer, [1])
-    assert optimizer.kept == [1] and "kept" not in optimizer._trackable_children()
     assert _private_api.tf_keras_optimizer_built(optimizer) is False
     optimizer.build([tf_keras.backend.variable(1.0)])
     _hook(_private_api.tf_keras_optimizer_built(optimizer), "tf_keras Optimizer._built",

@@ -1,4 +1,5 @@
-"""The oldest TensorFlow and Keras kerashvd supports (README, "Supported releases"), tested.
+"""The oldest TensorFlow and Keras kerashvd supports (docs/getting-started.md, "Supported
+releases"), tested.
 
 The rest of the suite runs on the newest pair (the one ``pip install`` picks). ``.ci/run``
 also builds kerashvd in a second virtual environment holding the oldest pair (TensorFlow
@@ -25,6 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
 COLLECTIVES = ["test_allreduce.py", "test_allgather.py", "test_broadcast.py", "test_alltoall.py",
                "test_reducescatter.py", "test_process_sets.py"]
 KERAS = ["test_optimizer.py", "test_callbacks.py", "test_callbacks_fit.py", "test_saving.py",
+         "test_checkpoint.py",
          "test_resume.py", "test_uneven_data.py", "test_sync_batch_norm.py"]
 ENV = {"KERASHVD_STALL_CHECK_TIME": "20", "KERASHVD_STALL_SHUTDOWN_TIME": "60",
        "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}

@@ -4,7 +4,9 @@ through all three; a bad value is refused by each, saying what was expected and 
 received; an unknown setting is an error. No MPI except in the one test that calls init():
 ``build_config`` is what init() calls, and ``kerashvdrun --dry-run`` prints the command."""
 
+import glob
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -116,6 +118,18 @@ def test_unknown_settings_are_errors(build, capsys):
     assert "unrecognized arguments: --cycle-period-ms" in capsys.readouterr().err
 
 
+def test_variables_of_the_slurm_templates_are_known(build):
+    """A variable the templates read (KERASHVD_MAX_REQUEUES) reaches the job's ranks too, so
+    init() must accept it."""
+    names = set()
+    for template in glob.glob(os.path.join(REPO, "recipes", "slurm", "*.sbatch")):
+        with open(template) as f:
+            names |= set(re.findall(r"KERASHVD_[A-Z_]+", f.read()))
+    assert "KERASHVD_MAX_REQUEUES" in names
+    for name in sorted(names):
+        build("cycle_time_ms", {name: "1"})  # raises for an unknown KERASHVD_ variable
+
+
 def test_help_lists_every_flag_with_its_variable(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
@@ -162,3 +176,37 @@ def test_keywords_take_numpy_numbers_and_paths(build, tmp_path):
 def test_numbers_beyond_int64_mean_no_limit(build):
     assert float(build("fusion_threshold_bytes", fusion_threshold_bytes=1e20)) >= 2**63 - 1024
     assert float(build("timeline_max_mb", {"KERASHVD_TIMELINE_MAX_MB": "1e30"})) > 8e12
+
+
+def test_a_stall_ends_by_default(build):
+    """A collective that some ranks never submit stops kerashvd on every rank after 10 minutes
+    unless told otherwise (tests/test_errors_multiprocess.py shows it firing): longer than
+    any healthy wait, and never for ever."""
+    row = ROWS["stall_shutdown_seconds"]
+    assert row["default"] == "600" and build("stall_shutdown_seconds") == "600", row
+    assert "0: never" in row["help"], row
+
+
+def test_bucket_cap_by_variable_and_flag(build, capsys):
+    """The one Python-side setting with a flag (kerashvd/runtime/bucket_cap.py): init()
+    accepts its variable and refuses a bad value naming it, as for the engine's settings;
+    the flag sets the variable. Its keyword belongs to DistributedOptimizer and
+    DistributedGradientTape (tests/parallel/test_buckets.py)."""
+    from kerashvd.runtime import bucket_cap
+
+    build("cycle_time_ms", {"KERASHVD_BUCKET_CAP_MB": "0.25"})
+    assert bucket_cap.cap_bytes() == 1 << 18
+    for bad in ("-1", "lots", "inf"):
+        with pytest.raises(ValueError) as err:
+            build("cycle_time_ms", {"KERASHVD_BUCKET_CAP_MB": bad})
+        assert "KERASHVD_BUCKET_CAP_MB must be a number of MiB >= 0" in str(err.value)
+        assert f"received '{bad}'" in str(err.value)
+    assert "-genv KERASHVD_BUCKET_CAP_MB 4 " in _dry_run(["--bucket-cap-mb", "4"], capsys)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["-np", "1", "--bucket-cap-mb", "-2", "--dry-run", "python", "x.py"])
+    assert exit_info.value.code == 2
+    assert "--bucket-cap-mb: expected a number of MiB >= 0, received '-2'" in \
+        capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "Sets KERASHVD_BUCKET_CAP_MB" in " ".join(capsys.readouterr().out.split())

@@ -5,7 +5,7 @@ Two ranks on one host allreduce through the engine's own segment; with
 every reducible dtype (halves reduced in float32), every op, in place and out of place, sizes
 within one 2 MiB chunk and across several, and fused groups. The values include NaN
 (the same payload on both ranks), infinities and signed zeros. The pair is seen in use through
-its mapping in /proc/self/maps, and nothing of it is left in /dev/shm afterwards.
+its mapping among the process's memory maps (psutil), and nothing of it is left in /dev/shm afterwards.
 """
 
 import os
@@ -21,12 +21,13 @@ _SCRIPT = textwrap.dedent("""
     import hashlib
     import re
     import numpy as np
+    import psutil
     import tensorflow as tf
     import kerashvd as hvd
 
     def mapped():  # the segment only: libraries may live under a path with "kerashvd-" in it
-        with open("/proc/self/maps") as maps:
-            return any(re.search(r"/dev/shm/kerashvd-[0-9]+-[0-9a-f]+", line) for line in maps)
+        return any(re.match(r"/dev/shm/kerashvd-[0-9]+-[0-9a-f]+", m.path)
+                   for m in psutil.Process().memory_maps(grouped=False))
 
     def values(dtype, n, rank):
         rng = np.random.default_rng(1000 + rank)

@@ -17,6 +17,7 @@ import sys
 import time
 
 import numpy as np
+import psutil
 
 import pytest
 
@@ -159,7 +160,7 @@ def test_kerashvdrun_restarts_a_failed_job_inside_a_batch_script(slurm_cluster, 
 
 
 def template_job(cluster, tmp_path, template, *recipe_args, options=(), gres=True):
-    """Submits recipes/slurm/TEMPLATE from the repository root, as the README says.
+    """Submits recipes/slurm/TEMPLATE from the repository root, as docs/launching.md says.
 
     ``gres=False`` submits the GPU template without its GRES request, as on a cluster whose
     nodes have no GPUs.
@@ -213,7 +214,7 @@ def test_template_trains_the_quickstart(slurm_cluster, tmp_path, template):
 
 @pytest.mark.slow
 def test_cpu_template_trains_mnist(slurm_cluster, tmp_path, mnist_data_dir):
-    """The README's line, on the small tfds MNIST of tests/datasets."""
+    """The line of docs/recipes.md, on the small tfds MNIST of tests/datasets."""
     csv = tmp_path / "mnist.csv"
     state, log = template_job(slurm_cluster, tmp_path, "cpu.sbatch", "recipes/mnist.py",
                               "--tiny", "--data-dir", mnist_data_dir, "--log-csv", csv,
@@ -285,7 +286,7 @@ def test_fixture_leaves_the_node_idle(slurm_cluster):
 
 def test_srun_command_takes_the_job_shape_and_the_users_options():
     """No cluster needed: what kerashvdrun asks srun for, from the allocation's variables."""
-    from kerashvd.launcher.command import srun_command
+    from kerashvd.launcher.backends.srun import srun_command
 
     def head(environ, srun_args=(), env=None):
         argv = srun_command("srun", 4, ["python", "t.py"], environ=environ,
@@ -308,7 +309,7 @@ def _step_daemons(job):
     """Pids of the slurmstepd processes of ``job`` (their title is "slurmstepd: [JOB.STEP]")."""
     from node_network import _cmdline
 
-    titles = {int(e): _cmdline(e) for e in os.listdir("/proc") if e.isdigit()}
+    titles = {pid: _cmdline(pid) for pid in psutil.pids()}
     return [pid for pid, title in titles.items() if title and title.startswith("slurmstepd")
             and (f"[{job}." in title or f"[{job}]" in title)]
 

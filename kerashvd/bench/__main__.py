@@ -1,6 +1,8 @@
 """``python -m kerashvd.bench [allreduce]``: allreduce through the TF op against raw MPI.
 ``python -m kerashvd.bench keras``: Keras training throughput (see keras_bench).
 ``python -m kerashvd.bench elastic``: what elastic commits cost a step (see elastic_bench).
+``python -m kerashvd.bench overlap``: how much gradient reduction hides behind backprop
+(see overlap_bench).
 
 Started without an MPI launcher it relaunches itself with ``kerashvdrun -np NP`` (default 2).
 Each benchmark's output opens with '#' lines that record the run: date and time (UTC), host,
@@ -59,6 +61,10 @@ def main(argv=None):
         from .keras_bench import main as keras_main
 
         return keras_main(argv[1:])
+    if argv[:1] == ["overlap"]:
+        from .overlap_bench import main as overlap_main
+
+        return overlap_main(argv[1:])
     if argv[:1] == ["elastic"]:
         from .elastic_bench import main as elastic_main
 

@@ -41,7 +41,10 @@ import time
 from . import header
 
 
-def _model(keras):
+def model(keras, widths=(16, 32, 64)):
+    """The benchmarks' ResNet-style CNN on 32x32x3 images: a stem convolution of
+    ``widths[0]`` filters, then one residual block per width (the first at stride 1, the others
+    at stride 2), global average pooling and a 10-way softmax."""
     def block(x, filters, stride):
         shortcut = x
         y = keras.layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False)(x)
@@ -55,9 +58,9 @@ def _model(keras):
         return keras.layers.ReLU()(keras.layers.Add()([y, shortcut]))
 
     inputs = keras.Input((32, 32, 3))
-    x = keras.layers.Conv2D(16, 3, padding="same", use_bias=False)(inputs)
+    x = keras.layers.Conv2D(widths[0], 3, padding="same", use_bias=False)(inputs)
     x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
-    for filters, stride in [(16, 1), (32, 2), (64, 2)]:
+    for filters, stride in zip(widths, [1] + [2] * (len(widths) - 1)):
         x = block(x, filters, stride)
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x))
@@ -87,13 +90,13 @@ def worker(mode, batch, steps, warmup):
     x = rng.normal(size=(batch * 8, 32, 32, 3)).astype("float32")
     y = rng.integers(0, 10, size=batch * 8).astype("int32")
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True).repeat()
-    model = _model(keras)
+    net = model(keras)
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
     callbacks = []
     if hvd is not None:
         optimizer = hvd.DistributedOptimizer(optimizer)
         callbacks.append(hvd.callbacks.BroadcastGlobalVariablesCallback(0))
-    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
+    net.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_end(self, step, logs=None):
@@ -106,7 +109,7 @@ def worker(mode, batch, steps, warmup):
             self.end = time.perf_counter()
 
     clock = Clock()
-    model.fit(dataset, steps_per_epoch=warmup + steps, epochs=1, verbose=0, callbacks=callbacks + [clock])
+    net.fit(dataset, steps_per_epoch=warmup + steps, epochs=1, verbose=0, callbacks=callbacks + [clock])
     rate = steps * batch / (clock.end - clock.start)
     size, rank = ((hvd.size(), hvd.rank()) if hvd else
                   (comm.Get_size(), comm.Get_rank()) if comm else (1, 0))

@@ -14,9 +14,8 @@ Only the first collective of a call is reported: the others' later collectives o
 are never issued, since the first one raised.
 
 Bad alltoall splits and a call from outside the process set raise
-:class:`InvalidArgumentError`, which is both ``tf.errors.InvalidArgumentError`` (the type
-Horovod raises for them, and the type the other ranks and the kernels raise for the same
-mistake) and ``ValueError`` (what kerashvd raised before, so existing handlers still work).
+:class:`~kerashvd.runtime.invalid_argument.InvalidArgumentError` (both
+``tf.errors.InvalidArgumentError`` and ``ValueError``), which the runtime defines.
 """
 
 import contextlib
@@ -25,18 +24,6 @@ import tensorflow as tf
 
 from ..runtime._engine import core as _core
 from ..runtime._op_library import OPS
-
-class InvalidArgumentError(tf.errors.InvalidArgumentError, ValueError):
-    """A collective's argument is wrong: ``tf.errors.InvalidArgumentError`` as in Horovod, and
-    a ``ValueError`` for code that catches that."""
-
-    def __init__(self, message):
-        super().__init__(None, None, message)
-        self.args = (message,)
-
-    def __reduce__(self):
-        return type(self), (self.message,)
-
 
 # The engine's numbers of the collectives a rank may fail for all (kerashvd._core.OP_TYPES,
 # ops/core/types.cc).

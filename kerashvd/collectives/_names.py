@@ -1,24 +1,38 @@
 """Names that key collectives in the engine.
 
 Ranks match collectives by name, so a name must come from the caller's own structure, the
-same on every rank: an explicit ``name=``, or an automatic one made of a call counter
-advanced in call order (at trace time inside ``tf.function``). TF graph node names are never
-used: they can differ between ranks.
+same on every rank: an explicit ``name=``, or an automatic one. TF graph node names are
+never used: they can differ between ranks.
 
-The key holds no collective kind: an explicit ``name=`` is the key itself, and unnamed calls
-of every kind share one counter (``noname.<n>``). So when ranks disagree on which collective a
-name (or the n-th unnamed call) is, say an allreduce on one rank and an allgather on another,
-their requests meet in the engine, which raises the mismatch on every rank naming both kinds,
-as Horovod does; a kind in the key would have kept them apart, each waiting for ever.
+Automatic names (for collectives called without ``name=``):
+- Inside a ``tf.function``: the function being traced and the call's place in that trace,
+  ``<function>.noname.<k>``, k counting the unnamed collectives of one trace (and process
+  set), branches and loop bodies included. A retrace (a partial last batch changes the input
+  shape on one rank only) gives the same names, whatever else this rank traced or ran
+  eagerly, and so does a nested function's trace. ``<function>`` is the Python function's
+  ``__name__``, so functions of one name (methods of several instances, two ``tf.function``
+  wrappers of one function) share names: fine one after the other, an error on every rank
+  if their calls overlap (below).
+- Eagerly: a call counter, advanced in call order, ``noname.<n>``. ``join()`` restarts the
+  counters on every rank: a rank inside ``join()`` skips the unnamed calls the others make
+  meanwhile (it contributes the identity to them in the engine), so counting on would put the
+  ranks out of step; after the e-th join the names are ``noname.j<e>.<n>``.
+
+The key holds no collective kind: unnamed calls of every kind share one counter. So when
+ranks disagree on which collective a name (or the n-th unnamed call) is, say an allreduce on
+one rank and an allgather on another, their requests meet in the engine, which raises the
+mismatch on every rank naming both kinds, as Horovod does; a kind in the key would have kept
+them apart, each waiting for ever.
 
 Threads: two threads interleave their calls differently on each rank, so a counter shared
 by them would pair one thread's call on rank 0 with the other thread's call on rank 1 and
-silently reduce the wrong tensors together. Each thread therefore counts for itself. The
-main thread's automatic names are ``noname.<n>``; another thread's are
-``noname[<thread name>].<n>``, so such a thread must do the same work under the same
+silently reduce the wrong tensors together. Each thread therefore counts for itself, and a
+thread other than the main one adds its name: ``noname[<thread>].<n>`` eagerly,
+``<function>[<thread>].noname.<k>`` for a function it traces (so one ``tf.function`` per
+thread keeps the threads' names apart). Such a thread must do the same work under the same
 name on every rank. Where that cannot be known, an unnamed collective raises ValueError
-asking for ``name=``, on every rank alike (each rank makes the same call from the same kind of
-thread), instead of pairing different calls:
+asking for ``name=``, on every rank alike (each rank makes the same call from the same kind
+of thread), instead of pairing different calls:
 - from a thread pool's worker (``concurrent.futures.ThreadPoolExecutor``,
   ``multiprocessing.pool.ThreadPool``): a pool hands its tasks to its threads in a different
   order on each rank, whatever the threads are called;
@@ -26,6 +40,12 @@ thread), instead of pairing different calls:
   ``Dummy-N`` for a thread not started by ``threading``): N counts the threads the process
   started, so it names different threads on ranks that started them in another order;
 - from one of two live threads with the same name: they cannot be told apart.
+
+One name in flight twice: a name reused while its earlier call is still running (one
+``name=`` or one traced function used by two threads at once) cannot be paired safely; the
+engine fails those calls on every rank (ops/core/controller.h, "Overlapping calls"). Calls
+of one name that never overlap are paired in each rank's order: threads sharing a name may
+order them differently on each rank, which nothing can detect, so they must not.
 """
 
 import collections
@@ -35,10 +55,16 @@ import os
 import re
 import sys
 import threading
+import weakref
+
+from .. import _private_api
 
 _lock = threading.Lock()
-# (thread name, or None for the main thread; process set id) -> next call number.
+# (thread name, or None for the main thread; process set id) -> next eager call number.
 _counters = collections.defaultdict(int)
+_joins = 0  # join() calls so far: the epoch of the eager counters
+# A traced function's graph -> {process set id: next unnamed call number in this trace}.
+_traces = weakref.WeakKeyDictionary()
 
 
 def tensor_name(kind, name=None, process_set_id=0):
@@ -59,11 +85,27 @@ def tensor_name(kind, name=None, process_set_id=0):
     if owner is not None:
         _check_thread(thread, kind)
         _check_unique(thread, kind)
+    traced = _private_api.traced_function()
     with _lock:
+        if traced is not None:
+            graph, function = traced
+            counters = _traces.setdefault(graph, {})
+            k = counters.get(process_set_id, 0)
+            counters[process_set_id] = k + 1
+            return f"{function}.noname.{k}" if owner is None else f"{function}[{owner}].noname.{k}"
         key = (owner, process_set_id)
         n = _counters[key]
         _counters[key] += 1
-    return f"noname.{n}" if owner is None else f"noname[{owner}].{n}"
+        epoch = f"j{_joins}." if _joins else ""
+    return f"noname.{epoch}{n}" if owner is None else f"noname[{owner}].{epoch}{n}"
+
+
+def new_epoch():
+    """Called by ``join()`` on every rank: restarts the eager counters (see above)."""
+    global _joins
+    with _lock:
+        _joins += 1
+        _counters.clear()
 
 
 def derived(key, part):

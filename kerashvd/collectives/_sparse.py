@@ -5,6 +5,14 @@ allgathered instead of reduced, and ``Average`` divides the gathered values by t
 set's size. Other reductions have no such form and raise ``NotImplementedError``, as in
 Horovod; ``prescale_factor`` and ``postscale_factor`` multiply the values (the reduction is a
 sum, so they commute with it).
+
+Names, so that ranks that disagree get the mismatch error rather than a stall: the first
+collective of a call is keyed by the call's own name, which is also the dense path's name, so
+IndexedSlices on one rank and a dense tensor on another meet in the engine (an allgather
+against an allreduce: "ranks disagree on collective"). Each later collective of the call
+starts only once the previous one has completed (a control dependency inside
+``tf.function``), so after a failed first collective no rank is left with a second one that
+the others never submit.
 """
 
 import tensorflow as tf
@@ -31,30 +39,13 @@ def _scaled(values, op, process_set_id, prescale, postscale):
 
 
 def allreduce(slices, op, key, process_set_id, prescale=1.0, postscale=1.0):
-    """Values and indices allgathered under ``key.values`` and ``key.indices``."""
-    values = OPS.kerashvd_allgather(slices.values, tensor_name=key + ".values",
-                                    process_set_id=process_set_id)
-    indices = OPS.kerashvd_allgather(slices.indices, tensor_name=key + ".indices",
-                                     process_set_id=process_set_id)
+    """Values allgathered under ``key``, then indices under ``key.indices``."""
+    values = OPS.kerashvd_allgather(slices.values, tensor_name=key, process_set_id=process_set_id)
+    with tf.control_dependencies([values]):
+        indices = OPS.kerashvd_allgather(slices.indices, tensor_name=key + ".indices",
+                                         process_set_id=process_set_id)
     return tf.IndexedSlices(_scaled(values, op, process_set_id, prescale, postscale), indices,
                             dense_shape=slices.dense_shape)
-
-
-def _dtype_name(values):
-    """The dtype name ``values`` has or converts to; "" when it converts to nothing (the
-    caller's checks then raise)."""
-    dtype = getattr(values, "dtype", None)
-    try:
-        return tf.as_dtype(dtype).name if dtype is not None else tf.convert_to_tensor(values).dtype.name
-    except (TypeError, ValueError):
-        return ""
-
-
-def values_key(key, slices_list):
-    """The name of the first collective :func:`grouped_allreduce` issues. Works before the
-    values are checked (they may still be lists), so that a failed check reaches the peers
-    under that name."""
-    return f"{key}.values.{min(_dtype_name(s.values) for s in slices_list)}"
 
 
 def with_values(slices, values):
@@ -62,23 +53,32 @@ def with_values(slices, values):
     return tf.IndexedSlices(values, slices.indices, dense_shape=slices.dense_shape)
 
 
-def grouped_allreduce(slices_list, op, key, process_set_id, prescale=1.0, postscale=1.0):
-    """Every IndexedSlices of a grouped allreduce: one grouped allgather of the values per
-    values dtype (``key.values.<dtype>``, in dtype-name order), then one of all the indices
-    (``key.indices``, as int64). Returns them in ``slices_list``'s order."""
+def grouped_allreduce(slices_list, op, key, process_set_id, prescale=1.0, postscale=1.0,
+                      after=()):
+    """Every IndexedSlices of a grouped allreduce, one collective after another (each once
+    the previous, and ``after``, completed): one grouped allgather of all the indices (as
+    int64), keyed ``key`` when it is the call's first collective (``after`` empty) and
+    ``key.indices`` otherwise; then one grouped allgather of the values per values dtype, in
+    dtype-name order, the i-th keyed ``key.values.<i>``. Ranks that differ in the number of
+    IndexedSlices then disagree on the indices' number of tensors, and ranks that differ in
+    their dtypes disagree on the first values group where they differ: a mismatch error on
+    every rank either way. Returns them in ``slices_list``'s order."""
     by_dtype = {}
     for i, s in enumerate(slices_list):
         by_dtype.setdefault(s.values.dtype.name, []).append(i)
+    with tf.control_dependencies(list(after)):
+        indices = OPS.kerashvd_grouped_allgather(
+            [tf.cast(s.indices, tf.int64) for s in slices_list],
+            tensor_name=f"{key}.indices" if after else key, process_set_id=process_set_id)
+    previous = indices
     values = [None] * len(slices_list)
-    for dtype_name in sorted(by_dtype):
+    for group, dtype_name in enumerate(sorted(by_dtype)):
         at = by_dtype[dtype_name]
-        gathered = OPS.kerashvd_grouped_allgather(
-            [slices_list[i].values for i in at], tensor_name=f"{key}.values.{dtype_name}",
-            process_set_id=process_set_id)
-        for i, g in zip(at, gathered):
+        with tf.control_dependencies(list(previous)):
+            previous = OPS.kerashvd_grouped_allgather(
+                [slices_list[i].values for i in at], tensor_name=f"{key}.values.{group}",
+                process_set_id=process_set_id)
+        for i, g in zip(at, previous):
             values[i] = _scaled(g, op, process_set_id, prescale, postscale)
-    indices = OPS.kerashvd_grouped_allgather([tf.cast(s.indices, tf.int64) for s in slices_list],
-                                             tensor_name=f"{key}.indices",
-                                             process_set_id=process_set_id)
     return [tf.IndexedSlices(v, tf.cast(i, s.indices.dtype), dense_shape=s.dense_shape)
             for v, i, s in zip(values, indices, slices_list)]

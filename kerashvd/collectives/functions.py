@@ -17,7 +17,11 @@ from ..runtime.world import rank
 def broadcast_variables(variables, root_rank, name=None, process_set=global_process_set):
     """Assigns ``root_rank``'s values to ``variables`` on every rank.
 
-    Variables are grouped by dtype, one grouped broadcast per dtype.
+    Variables are grouped by dtype, one grouped broadcast per dtype. Eagerly (and inside a
+    ``tf.function``, which runs the assignments with the function) the values are assigned
+    when it returns. In TensorFlow 1 graph mode (building a ``tf.Graph`` for a
+    ``tf.compat.v1.Session``) it only adds ops to the graph, as Horovod's does: it returns the
+    op that broadcasts and assigns when the session runs it, on every rank.
 
     Args:
         variables: ``tf.Variable``/``keras.Variable`` objects, in the same order on every rank.
@@ -25,35 +29,57 @@ def broadcast_variables(variables, root_rank, name=None, process_set=global_proc
         name: a prefix for the collectives' names.
         process_set: the ranks that take part (default all); ``root_rank`` is a world rank.
 
+    Returns:
+        None when executing eagerly; otherwise the op (``tf.group`` of the assignments) that
+        ``sess.run`` must run.
+
     Example:
 
     >>> import kerashvd as hvd
     >>> v = tf.Variable(float(hvd.rank()))
     >>> hvd.broadcast_variables([v], root_rank=0); float(v.numpy())
     0.0
+    >>> with tf.Graph().as_default():  # TensorFlow 1 graph mode
+    ...     w = tf.compat.v1.get_variable("w", initializer=float(hvd.rank()))
+    ...     sync = hvd.broadcast_variables([w], root_rank=0)
+    ...     with tf.compat.v1.Session() as sess:
+    ...         sess.run(w.initializer); sess.run(sync); sess.run(w)
+    0.0
     """
+    assigned = _assign_broadcast(list(variables), root_rank, name, process_set,
+                                 "broadcast_variables")
+    if tf.executing_eagerly():
+        return None
+    return tf.group(*assigned)
+
+
+def _assign_broadcast(variables, root_rank, name, process_set, what):
+    """Assigns root's values to ``variables`` (see broadcast_variables); returns what each
+    ``assign`` returned, in the variables' order (in graph mode: the assigned values, which
+    run the broadcast and the assignment when a session evaluates them)."""
     _require_init()
-    variables = list(variables)
     by_dtype = {}
     for index, v in enumerate(variables):
         by_dtype.setdefault(tf.as_dtype(v.dtype).name, []).append(index)
-    prefix = _names.tensor_name("broadcast_variables", name,
-                                resolve(process_set, "broadcast_variables"))
+    prefix = _names.tensor_name(what, name, resolve(process_set, what))
+    assigned = [None] * len(variables)
     for dtype_name in sorted(by_dtype):
         indices = by_dtype[dtype_name]
         values = grouped_broadcast([tf.convert_to_tensor(variables[i]) for i in indices],
                                    root_rank, name=f"{prefix}.{dtype_name}",
                                    process_set=process_set)
         for i, value in zip(indices, values):
-            variables[i].assign(value)
+            assigned[i] = variables[i].assign(value)
+    return assigned
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Returns ``root_rank``'s Python object on every rank (pickled with cloudpickle).
 
     Raises:
-        Whatever pickling raises, on the root, when ``obj`` cannot be pickled; the other
-        ranks then raise ``tf.errors.InvalidArgumentError`` naming the root and that error.
+        Exception: whatever pickling raises, on the root, when ``obj`` cannot be pickled;
+            the other ranks then raise ``tf.errors.InvalidArgumentError`` naming the root and
+            that error.
 
     Example:
 
@@ -81,8 +107,9 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's (every member's) Python object, in rank order.
 
     Raises:
-        Whatever pickling raises, on a rank whose ``obj`` cannot be pickled; the other ranks
-        then raise ``tf.errors.InvalidArgumentError`` naming that rank and its error.
+        Exception: whatever pickling raises, on a rank whose ``obj`` cannot be pickled; the
+            other ranks then raise ``tf.errors.InvalidArgumentError`` naming that rank and its
+            error.
 
     Example:
 
@@ -111,8 +138,20 @@ def allgather_object(obj, name=None, process_set=global_process_set):
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
     """Returns a function ``fn(obj)`` that broadcasts ``obj`` from ``root_rank`` (Horovod's API).
 
-    Each call of ``fn`` is one :func:`broadcast_object` with its own name. ``session`` is
-    accepted for Horovod compatibility and must be None (there are no TF1 sessions here).
+    Eagerly, each call of ``fn`` is one :func:`broadcast_object` with its own name. In
+    TensorFlow 1 graph mode, or with a ``session``, the broadcast ops are built once in the
+    session's graph and each call runs them, as in Horovod.
+
+    Args:
+        root_rank: the rank whose object every rank gets.
+        session: a ``tf.compat.v1.Session`` (or any session with ``run`` and ``graph``, such
+            as a ``MonitoredSession``) to run the broadcasts with; default: eagerly, or in
+            graph mode the default session.
+        name: a prefix for the collectives' names.
+        process_set: the ranks that take part (default all); ``root_rank`` is a world rank.
+
+    Raises:
+        ValueError: for a ``session`` that is not a session, or in graph mode without one.
 
     Example:
 
@@ -121,10 +160,15 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
     >>> bcast({"seed": hvd.rank()})
     {'seed': 0}
     """
-    if session is not None:
-        raise ValueError("broadcast_object_fn(session=...) is for TensorFlow 1 sessions, which "
-                         "kerashvd does not support; leave session=None")
     prefix = _names.tensor_name("broadcast_object_fn", name, resolve(process_set, "broadcast_object_fn"))
+    if session is None and _graph_mode():
+        session = tf.compat.v1.get_default_session()
+        if session is None:
+            raise ValueError("broadcast_object_fn in TensorFlow 1 graph mode needs the session "
+                             "that runs it: pass session=sess, or call it inside "
+                             "`with sess.as_default():`")
+    if session is not None:
+        return _session_object_broadcast(root_rank, session, prefix, process_set)
     calls = iter(range(1 << 62))
 
     def fn(obj):
@@ -134,11 +178,86 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
     return fn
 
 
+def _session_object_broadcast(root_rank, session, prefix, process_set):
+    """broadcast_object_fn with a session: the size and the bytes are broadcast by two ops
+    built once in the session's graph, fed with this call's values. A root that cannot pickle
+    its object sends the size -1, so the other ranks raise instead of waiting for bytes."""
+    if not (callable(getattr(session, "run", None)) and hasattr(session, "graph")):
+        raise ValueError("broadcast_object_fn(session=...) takes a tf.compat.v1.Session (or a "
+                         f"session with run() and graph); received {session!r}")
+    with session.graph.as_default():
+        size_in = tf.compat.v1.placeholder(tf.int64, [1])
+        data_in = tf.compat.v1.placeholder(tf.uint8, [None])
+        size_out = broadcast(size_in, root_rank, name=prefix + ".size", process_set=process_set)
+        data_out = broadcast(data_in, root_rank, name=prefix + ".data", process_set=process_set)
+
+    def fn(obj):
+        if rank() == root_rank:
+            try:
+                payload = cloudpickle.dumps(obj)
+            except Exception:
+                session.run(size_out, {size_in: [-1]})
+                raise
+            session.run(size_out, {size_in: [len(payload)]})
+            data = np.frombuffer(payload, np.uint8)
+        else:
+            length = int(session.run(size_out, {size_in: [0]})[0])
+            if length < 0:
+                raise ValueError(f"broadcast_object_fn {prefix!r}: rank {root_rank} could not "
+                                 "pickle its object (the error is raised there)")
+            data = np.zeros(length, np.uint8)
+        return cloudpickle.loads(session.run(data_out, {data_in: data}).tobytes())
+
+    return fn
+
+
+def broadcast_global_variables(root_rank):
+    """Horovod's TensorFlow 1 broadcast: every global variable gets ``root_rank``'s value.
+
+    TensorFlow 1 graph mode only (a ``tf.Graph`` run by a ``tf.compat.v1.Session``): returns
+    the op that broadcasts and assigns ``tf.compat.v1.global_variables()`` when the session
+    runs it, like :func:`broadcast_variables`. Eagerly and inside ``tf.function`` TensorFlow
+    keeps no global variables, so it raises, as Horovod does, naming what to call instead.
+
+    Args:
+        root_rank: the rank whose values every rank gets.
+
+    Returns:
+        The op for ``sess.run``.
+
+    Raises:
+        RuntimeError: when executing eagerly or inside a ``tf.function``.
+
+    Example:
+
+    >>> import kerashvd as hvd
+    >>> with tf.Graph().as_default():
+    ...     w = tf.compat.v1.get_variable("w", initializer=float(hvd.rank()))
+    ...     sync = hvd.broadcast_global_variables(0)
+    ...     with tf.compat.v1.Session() as sess:
+    ...         sess.run(w.initializer); sess.run(sync); sess.run(w)
+    0.0
+    """
+    if not _graph_mode():
+        raise RuntimeError(
+            "hvd.broadcast_global_variables() works in TensorFlow 1 graph mode only (a "
+            "tf.compat.v1.Session); eagerly and in tf.function TensorFlow keeps no global "
+            "variables. Use hvd.broadcast_variables(model.variables + optimizer.variables, "
+            "root_rank) instead, or hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank) "
+            "with Keras' fit.")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
+
+
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Horovod's in-place broadcast: assigns ``root_rank``'s values to ``variables``.
 
-    The same as :func:`broadcast_variables` (which also assigns in place); returns the
-    variables.
+    The same as :func:`broadcast_variables` (which also assigns in place). In TensorFlow 1
+    graph mode it returns the assigned values instead, as Horovod does: evaluating them in a
+    session broadcasts, assigns and gives root's values.
+
+    Returns:
+        The variables (eagerly and in a ``tf.function``); in graph mode, one tensor per
+        variable for ``sess.run``.
 
     Example:
 
@@ -148,5 +267,11 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     0.0
     """
     variables = list(variables)
-    broadcast_variables(variables, root_rank, name=name, process_set=process_set)
-    return variables
+    assigned = _assign_broadcast(variables, root_rank, name, process_set, "broadcast_")
+    return assigned if _graph_mode() else variables
+
+
+def _graph_mode():
+    """Whether ops go into a TensorFlow 1 graph for a session to run: neither eager nor a
+    ``tf.function`` (which runs what it holds, assignments included, when called)."""
+    return not tf.executing_eagerly() and not tf.inside_function()

@@ -17,11 +17,20 @@ from ..runtime._engine import core as _core
 
 _VALUES = {row["name"]: row["value"] for row in _core.REDUCE_OPS}
 Average = _VALUES["Average"]
+"""``op=`` of the mean over the ranks (the sum divided by the set's size): the default."""
 Sum = _VALUES["Sum"]
+"""``op=`` of the element-wise sum over the ranks."""
 Min = _VALUES["Min"]
+"""``op=`` of the element-wise minimum (allreduce only); NaN on any rank gives NaN, and -0.0
+is below +0.0."""
 Max = _VALUES["Max"]
+"""``op=`` of the element-wise maximum (allreduce only); NaN on any rank gives NaN, and +0.0
+is above -0.0."""
 Product = _VALUES["Product"]
+"""``op=`` of the element-wise product over the ranks (allreduce only)."""
 Adasum = _VALUES["Adasum"]
+"""Horovod's adaptive summation, not implemented: every collective given it raises
+NotImplementedError. Defined so that scripts which name it import."""
 
 _NAMES = {row["value"]: row["name"] for row in _core.REDUCE_OPS if row["implemented"]}
 # The ops reducescatter takes as well as allreduce.

@@ -17,10 +17,11 @@ import tensorflow as tf
 from . import _names, _sparse
 from ..runtime._engine import core as _core
 from ._local_errors import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER,
-                            InvalidArgumentError, shared_with_peers)
+                            shared_with_peers)
 from ._xla_guard import check_not_xla
 from ._ops import OPS
 from .compression import Compression
+from ..runtime.invalid_argument import InvalidArgumentError
 from ..runtime.process_sets import global_process_set, resolve, set_size
 from .reduce_ops import SCATTER_OPS, Average, resolve_op
 from ..runtime._engine import require_init as _require_init
@@ -146,7 +147,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
         tensor: a tensor, or a ``tf.IndexedSlices``, whose values and indices are allgathered
             instead (op ``Sum`` or ``Average`` only, as in Horovod).
         average: deprecated Horovod argument; use ``op``.
-        device_dense, device_sparse: accepted for Horovod compatibility; unused.
+        device_dense: accepted for Horovod compatibility; unused.
+        device_sparse: the same.
         compression: a ``kerashvd.Compression`` applied around the collective.
         op: ``kerashvd.Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``. Min and
             Max propagate NaN (see ``kerashvd.collectives.reduce_ops``).
@@ -179,7 +181,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     ps = resolve(process_set, "allreduce")
     key = _names.tensor_name("allreduce", name, ps)
     if isinstance(tensor, tf.IndexedSlices):
-        with shared_with_peers(ALLGATHER, key + ".values", ps):
+        with shared_with_peers(ALLGATHER, key, ps):
             op = resolve_op(op, average)
             _sparse.check_op(op, "allreduce")  # the op first: it needs no values
             tensor = _sparse.with_values(tensor, _as_tensor(tensor.values, "allreduce",
@@ -204,13 +206,25 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     Args:
         tensors: a list of dense tensors of one dtype and/or ``tf.IndexedSlices`` (whose
             values and indices are allgathered, as by :func:`allreduce`).
-        Others: as for :func:`allreduce`.
+        average: deprecated Horovod argument; use ``op``.
+        device_dense: accepted for Horovod compatibility; unused.
+        device_sparse: the same.
+        compression: as for :func:`allreduce`.
+        op: as for :func:`allreduce`.
+        prescale_factor: as for :func:`allreduce`.
+        postscale_factor: as for :func:`allreduce`.
+        name: as for :func:`allreduce`.
+        process_set: as for :func:`allreduce`.
 
     Returns:
         A list of reduced tensors (IndexedSlices for IndexedSlices), in the input's order.
 
     Raises:
-        As :func:`allreduce`.
+        ValueError: as :func:`allreduce`.
+        NotImplementedError: as :func:`allreduce`.
+        TypeError: as :func:`allreduce`.
+        tf.errors.FailedPreconditionError: as :func:`allreduce`.
+        tf.errors.InvalidArgumentError: as :func:`allreduce`.
 
     Example:
 
@@ -227,9 +241,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     tensors = list(tensors)
     sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
-    first = (ALLREDUCE, key) if dense or not sparse else (
-        ALLGATHER, _sparse.values_key(key, [tensors[i] for i in sparse]))
-    with shared_with_peers(*first, ps):
+    # The first collective is keyed `key` either way (see _sparse).
+    with shared_with_peers(ALLREDUCE if dense or not sparse else ALLGATHER, key, ps):
         op = resolve_op(op, average)
         if sparse:
             _sparse.check_op(op, "grouped_allreduce")  # the op first: it needs no values
@@ -239,6 +252,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         dense_tensors = _as_tensor_list([tensors[i] for i in dense], "grouped_allreduce",
                                         _REDUCE_DTYPES)
     out = [None] * len(tensors)
+    after = []  # the sparse collectives start once the dense one has (see _sparse)
     if dense:
         pairs = [compression.compress(t) for t in dense_tensors]
         reduced = OPS.kerashvd_grouped_allreduce([p[0] for p in pairs], reduce_op=op,
@@ -247,9 +261,10 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                                                  process_set_id=ps)
         for i, r, p in zip(dense, reduced, pairs):
             out[i] = compression.decompress(r, p[1])
+        after = reduced
     if sparse:
         gathered = _sparse.grouped_allreduce([tensors[i] for i in sparse], op, key, ps,
-                                             prescale_factor, postscale_factor)
+                                             prescale_factor, postscale_factor, after=after)
         for i, g in zip(sparse, gathered):
             out[i] = g
     return out
@@ -466,6 +481,7 @@ def join():
             joined, on each of them, naming the collective, the tensor and the joined ranks.
     """
     _require_init()
+    _names.new_epoch()
     return int(OPS.kerashvd_join(tensor_name="join"))
 
 

@@ -16,12 +16,13 @@ hosts are lost and grows when hosts come, and training goes on from the last com
 
 Launch with ``kerashvdrun --min-np 2 --max-np 8 --host-discovery-script ./hosts.sh python
 train.py`` (or ``-H``, or inside a SLURM allocation). How worlds are replaced, and where this
-differs from Horovod, is in ``run.py`` and the README's "Elastic training".
+differs from Horovod, is in ``run.py`` and docs/elastic.md.
 
 Modules: ``state`` (:class:`State`, :class:`ObjectState`), ``keras_state``
-(:class:`TensorFlowKerasState`, :class:`KerasState`), ``callbacks`` (the three Keras
-callbacks), ``run`` (the :func:`run` decorator), ``launcher_link`` (this rank's end of the
-protocol with ``kerashvdrun``).
+(:class:`TensorFlowKerasState`, :class:`KerasState`), ``tensorflow_state``
+(:class:`TensorFlowState`: a list of variables, eagerly or with a TensorFlow 1 session),
+``callbacks`` (the three Keras callbacks), ``run`` (the :func:`run` decorator),
+``launcher_link`` (this rank's end of the protocol with ``kerashvdrun``).
 """
 
 from kerashvd.runtime.exceptions import HorovodInternalError, HostsUpdatedInterrupt
@@ -30,6 +31,7 @@ from .callbacks import CommitStateCallback, UpdateBatchStateCallback, UpdateEpoc
 from .keras_state import KerasState, TensorFlowKerasState
 from .run import run
 from .state import ObjectState, State
+from .tensorflow_state import TensorFlowState
 
 __all__ = [
     "CommitStateCallback",
@@ -39,6 +41,7 @@ __all__ = [
     "ObjectState",
     "State",
     "TensorFlowKerasState",
+    "TensorFlowState",
     "UpdateBatchStateCallback",
     "UpdateEpochStateCallback",
     "run",

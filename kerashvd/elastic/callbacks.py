@@ -95,7 +95,9 @@ class UpdateEpochStateCallback(keras.callbacks.Callback):
 
     Works with ``fit(epochs=E - state.epoch)`` (Horovod's examples: Keras counts from 0)
     and with ``fit(initial_epoch=state.epoch, epochs=E)``: the first epoch a ``fit`` runs is
-    epoch ``state.epoch`` of the whole training.
+    epoch ``state.epoch`` of the whole training. A ``fit`` that starts at a later epoch (Keras
+    counting from its ``initial_epoch``) runs that epoch of the training: ``fit_resumable``
+    does so after a commit made right after an epoch's last batch, before the epoch's end.
 
     Args:
         state: an elastic state with an ``epoch`` attribute.
@@ -114,9 +116,14 @@ class UpdateEpochStateCallback(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self.initial_epoch, self._first = self.state.epoch, None
 
+    def _training_epoch(self, epoch):
+        """The epoch of the whole training that Keras' ``epoch`` of this ``fit`` is."""
+        return max(self.initial_epoch, self._first) + epoch - self._first
+
     def on_epoch_begin(self, epoch, logs=None):
         if self._first is None:
             self._first = epoch
+        self.state.epoch = self._training_epoch(epoch)
 
     def on_epoch_end(self, epoch, logs=None):
-        self.state.epoch = self.initial_epoch + epoch - self._first + 1
+        self.state.epoch = self._training_epoch(epoch) + 1

@@ -16,7 +16,7 @@ import tensorflow as tf
 import kerashvd as hvd
 from kerashvd.training.keras_compat import build_optimizer, keras, model_built, optimizer_variables
 
-from .state import ObjectState
+from .state import ObjectState, check_handover_shapes
 
 
 class TensorFlowKerasState(ObjectState):
@@ -94,16 +94,8 @@ class TensorFlowKerasState(ObjectState):
                     optimizer=[np.asarray(t) for t in self._saved_optimizer])
 
     def _take_payload(self, payload):
-        for what, variables, values in (
-                ("model", self._model_variables(), payload["model"]),
-                ("optimizer", self._optimizer_variables(), payload["optimizer"])):
-            shapes = [tuple(v.shape) for v in variables]
-            if shapes != [tuple(np.shape(x)) for x in values]:
-                raise ValueError(
-                    f"the commit handed over by the previous world holds {len(values)} "
-                    f"{what} variables of shapes {[np.shape(x) for x in values]}, but this "
-                    f"{what} has {len(shapes)} of shapes {shapes}: every world must build the "
-                    "same model and optimizer")
+        check_handover_shapes("model", self._model_variables(), payload["model"])
+        check_handover_shapes("optimizer", self._optimizer_variables(), payload["optimizer"])
         super()._take_payload(payload)
         self._saved_model = [tf.convert_to_tensor(x) for x in payload["model"]]
         self._saved_optimizer = [tf.convert_to_tensor(x) for x in payload["optimizer"]]

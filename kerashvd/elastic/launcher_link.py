@@ -8,7 +8,9 @@ host updates, and a failure ends the job as any failure does).
 
 Every exchange is a new TCP connection that starts with one line ``TOKEN RANK VERB ...``;
 connecting is bounded by :data:`CONNECT_TIMEOUT` and each transfer by :data:`TIMEOUT` seconds
-without progress, so no rank waits for ever on a launcher that is gone.
+without progress, and every connection ends once kerashvdrun's host has not answered for the
+link timeout (``kerashvd/launcher/keepalive.py``), so no rank waits for ever on a launcher
+that is gone or cut off.
 """
 
 import os
@@ -16,6 +18,7 @@ import socket
 import sys
 import threading
 
+from kerashvd.launcher import keepalive
 from kerashvd.launcher.handover import VARIABLE
 
 WORLD_VARIABLE = "KERASHVD_RESTART_COUNT"  # the world's number, 0 first
@@ -74,6 +77,7 @@ class LauncherLink:
         except OSError as err:
             raise LinkError(f"cannot reach kerashvdrun at {self._address[0]}:"
                             f"{self._address[1]} ({err})") from None
+        keepalive.enable(conn, keepalive.link_timeout())
         conn.settimeout(TIMEOUT)
         line = " ".join([self._token, str(rank), verb, *map(str, fields)])
         conn.sendall(line.encode() + b"\n")
@@ -87,8 +91,8 @@ class LauncherLink:
     def join(self, rank):
         """Opens this rank's member connection, kept until the process ends, in a thread
         that records host announcements (``hosts_update``) and ends the process at once when
-        kerashvdrun closes the connection: kerashvdrun has died, or this rank outlived its
-        world by more than the hand-over grace."""
+        kerashvdrun closes the connection (kerashvdrun has died, or this rank outlived its
+        world by more than the hand-over grace) or stops answering (a cut link)."""
         if self._joined:
             return
         self._joined = True
@@ -96,17 +100,21 @@ class LauncherLink:
         conn.settimeout(None)
 
         def watch():
+            why = "closed this rank's connection (it ended, or this world is over)"
             with conn:
                 try:
                     while True:
                         words = _read_line(conn).split()
                         if len(words) == 2 and words[0] == "updated":
                             self.hosts_update = words[1]
-                except (OSError, LinkError):
+                except LinkError:
                     pass
+                except OSError as err:
+                    if keepalive.timed_out(err):
+                        why = (f"stopped answering (nothing came back for "
+                               f"{keepalive.link_timeout():g} s: a cut link?)")
             try:
-                sys.stderr.write(f"kerashvd: rank {rank}: kerashvdrun closed this rank's "
-                                 "connection (it ended, or this world is over); exiting.\n")
+                sys.stderr.write(f"kerashvd: rank {rank}: kerashvdrun {why}; exiting.\n")
                 sys.stderr.flush()
             except (OSError, ValueError):
                 pass  # the supervisor, which copied the output, may be gone
@@ -150,7 +158,8 @@ class LauncherLink:
             return number, b"".join(parts)
 
     def report(self, rank, verb, *fields):
-        """Sends ``synced NUMBER`` or ``done``; an unreachable launcher is ignored."""
+        """Sends ``synced NUMBER``, ``done`` or ``failed TEXT``; an unreachable launcher is
+        ignored."""
         try:
             self._exchange(rank, verb, *fields)
         except (OSError, LinkError):

@@ -13,7 +13,9 @@ once per process:
 2. ``state.sync()``: every rank takes rank 0's state; rank 0 tells the launcher which
    commit the world trains from;
 3. the function runs. If it returns, the rank tells the launcher it is done and returns its
-   value. If it raises ``HostsUpdatedInterrupt`` (a commit saw a host change: every rank
+   value. If it raises an error other than those below, the rank tells the launcher the error
+   (one line: its type and message) and raises it: the script failed by itself, and when every
+   rank of a world does so the launcher ends the job instead of starting another world. If it raises ``HostsUpdatedInterrupt`` (a commit saw a host change: every rank
    raises it at the same commit), the rank saves its state as it is; if a collective failed
    because a peer died or aborted (``tf.errors.AbortedError``, or ``HorovodInternalError``
    raised by your code), or the world is being stopped (SIGTERM: from kerashvdrun, or as the
@@ -89,6 +91,7 @@ def run(func):
         except BaseException as err:
             if not guard.seen and os.getppid() == parent:
                 guard.restore()
+                link.report(hvd.rank(), "failed", _one_line(err))
                 raise
             # The world is being stopped, and this error came of it: the SIGTERM's
             # _WorldStopped may have been raised inside TensorFlow's C++ while it built the
@@ -103,6 +106,12 @@ def run(func):
         return result
 
     return wrapper
+
+
+def _one_line(err, limit=400):
+    """``"TypeName: message"`` of ``err`` on one line, at most ``limit`` characters."""
+    text = " ".join(f"{type(err).__name__}: {err}".split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class _WorldStopped(BaseException):

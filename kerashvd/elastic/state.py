@@ -13,6 +13,7 @@ began, across worlds), with which the launcher keeps the newest.
 """
 
 import cloudpickle
+import numpy as np
 import tensorflow as tf
 
 import kerashvd as hvd
@@ -185,3 +186,15 @@ class ObjectState(State):
                 f"{sorted(objects)}, but this state has {sorted(self._saved_state)}: every "
                 "world must run the same script")
         self._saved_state = dict(objects)
+
+
+def check_handover_shapes(what, variables, values):
+    """Raises ValueError unless ``values`` (a commit handed over by the previous world) have
+    the shapes of ``variables``, one each: every world must build the same variables."""
+    shapes = [tuple(v.shape) for v in variables]
+    if shapes != [tuple(np.shape(x)) for x in values]:
+        raise ValueError(
+            f"the commit handed over by the previous world holds {len(values)} {what} "
+            f"variables of shapes {[np.shape(x) for x in values]}, but this {what} has "
+            f"{len(shapes)} of shapes {shapes}: every world must build the same model and "
+            "optimizer")

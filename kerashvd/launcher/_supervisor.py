@@ -16,7 +16,10 @@ Protocol, per rank:
    supervisor never leaves the child behind. SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 received
    by the supervisor (hydra forwards the launcher's signals) are passed on to the child; once
    the child has ended they are ignored, because a supervisor killed by a late SIGTERM while
-   exiting makes hydra SIGKILL the other ranks and print its "BAD TERMINATION" banner.
+   exiting makes hydra SIGKILL the other ranks and print its "BAD TERMINATION" banner. The
+   first three mean the job is being stopped (step 4); SIGUSR1 does not: hydra sends it to
+   every other process when one fails while its auto-cleanup is off (kerashvdrun's elastic
+   mode), as MPICH's notice of a failed process.
 2. Copy the child's stdout and stderr line by line, each line passed on in one write, so that
    lines of different ranks cannot interleave within a line: a program may write a line in
    pieces (with PYTHONUNBUFFERED=1, common in batch jobs, print() writes its text and the
@@ -28,8 +31,12 @@ Protocol, per rank:
    another rank's output.)
 3. With --report, hold a connection to the launcher ("TOKEN RANK watch HOST", reports.py)
    while the child runs. It closes when the launcher process ends, however it ends (SIGKILL,
-   a notebook kernel that dies): the supervisor then stops the child as the launcher would
-   have (SIGTERM, then SIGKILL after a grace time), so no rank trains on as an orphan.
+   a notebook kernel that dies), and times out when the launcher's host stops answering for
+   the link timeout (keepalive.py: a cut link): the supervisor then stops the child as the
+   launcher would have (SIGTERM, then SIGKILL after a grace time), so no rank trains on as an
+   orphan. Once the child has ended, the supervisor writes "bye" on it (after its failure
+   report, if any): a watch that ends without it tells the launcher that this rank was lost
+   (watches.py).
 4. When the child ends with a non-zero status and the supervisor was not told to stop, send
    one line "TOKEN RANK RETURNCODE HOST" to the launcher's report address; the launcher stops
    the job on the first report and returns that rank's code. If there is no launcher to tell,
@@ -42,7 +49,7 @@ Protocol, per rank:
 6. Exit with the child's code (128 + N for a child killed by signal N).
 
 The child's environment is the supervisor's plus TensorFlow's defaults that kerashvd prefers,
-where unset (tf_defaults.py: the pooling CPU allocator, no C++ INFO lines).
+where unset (``runtime/tf_defaults.py``: the pooling CPU allocator, no C++ INFO lines).
 
 In kerashvdrun's elastic mode (``KERASHVD_ELASTIC`` set), a rank must outlive the end of its
 world long enough to hand its last commit over (``handover.py``), but hydra ends a world that
@@ -55,6 +62,7 @@ supervisor lives.
 """
 
 import ctypes
+import importlib.util
 import os
 import re
 import select
@@ -65,11 +73,25 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run by path, with -I
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)  # run by path, with -I
+import keepalive  # noqa: E402
 import shm_segments  # noqa: E402
-import tf_defaults  # noqa: E402
+
+
+def _load_by_path(name, path):
+    """The module in file ``path`` (this script imports no package, not even kerashvd's)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tf_defaults = _load_by_path("tf_defaults", os.path.join(_HERE, os.pardir, "runtime",
+                                                        "tf_defaults.py"))
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 _ORPHAN_GRACE = 5.0  # seconds between SIGTERM and SIGKILL when the launcher is gone
 _HOST = socket.gethostname().split()[0] if socket.gethostname().strip() else "?"
@@ -237,34 +259,60 @@ def _stop_orphan(state, rank, why):
 
 
 def _watch_launcher(options, state, rank):
-    """Holds the watch connection; stops the child when the launcher closes it (step 3)."""
+    """Holds the watch connection; stops the child when the launcher closes it or stops
+    answering (step 3)."""
+    timeout = keepalive.link_timeout()
     try:
         conn = socket.create_connection(_address(options), timeout=10)
+        keepalive.enable(conn, timeout)
         conn.sendall(f"{options['token']} {rank} watch {_HOST}\n".encode())
         conn.settimeout(None)
+        state["watch"] = conn
     except ConnectionRefusedError:
+        state["watch_ready"].set()
         _stop_orphan(state, rank, f"the launcher at {options['report']} is gone")
         return
     except (OSError, ValueError) as err:
+        state["watch_ready"].set()
         sys.stderr.write(f"kerashvd: rank {rank}: cannot keep a connection to the launcher at "
                          f"{options['report']} ({err}); this rank will not stop by itself if "
                          "the launcher dies.\n")
         return
+    state["watch_ready"].set()
+    why = "the launcher (kerashvdrun or kerashvd.run) has ended"
     try:
         while conn.recv(64):
             pass  # the launcher never writes; an empty read means it closed
+    except OSError as err:
+        if keepalive.timed_out(err):
+            why = (f"the launcher at {options['report']} stopped answering (nothing came back "
+                   f"for {timeout:g} s: a cut link, or its host is down)")
+    _stop_orphan(state, rank, why)
+
+
+def _say_goodbye(state):
+    """Tells the launcher, on the watch connection, that this rank has ended (step 3)."""
+    state["watch_ready"].wait(timeout=15)  # a rank that ends at once: the watch may be opening
+    conn = state["watch"]
+    if conn is None:
+        return
+    try:
+        conn.settimeout(5)
+        conn.sendall(b"bye\n")
     except OSError:
-        pass
-    _stop_orphan(state, rank, "the launcher (kerashvdrun or kerashvd.run) has ended")
+        pass  # the launcher is gone, or stopped answering
 
 
 def main(argv):
     options, command = _parse(argv)
     rank = os.environ.get("PMI_RANK", "?")
-    state = {"child": None, "pending": [], "stopped": False}
+    state = {"child": None, "pending": [], "stopped": False, "watch": None,
+             "watch_ready": threading.Event()}  # cleared while the watch is being opened
+    state["watch_ready"].set()
 
     def forward(signum, frame):
-        state["stopped"] = True
+        if signum in _STOPPING:
+            state["stopped"] = True
         if state["child"] is None:
             state["pending"].append(signum)
         else:
@@ -292,6 +340,7 @@ def main(argv):
         for signum in state["pending"]:
             child.send_signal(signum)
         if options["report"]:
+            state["watch_ready"].clear()
             threading.Thread(target=_watch_launcher, args=(options, state, rank),
                              daemon=True).start()
         prefix = f"[{rank}] ".encode() if options["prefix_output"] else b""
@@ -320,6 +369,7 @@ def main(argv):
                 "that mpiexec stops the other ranks.\n")
             sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGKILL)
+    _say_goodbye(state)
     return 128 - returncode if returncode < 0 else returncode
 
 

@@ -1,5 +1,7 @@
-"""``kerashvdrun``: starts a command on N processes through MPICH hydra's ``mpiexec``, or
-through ``srun --mpi=pmi2`` inside a SLURM allocation.
+"""``kerashvdrun``: starts a command on N processes through MPICH hydra's ``mpiexec`` (on this
+machine, or over ssh), or through ``srun --mpi=pmi2`` inside a SLURM allocation. This module
+parses the command line; ``backends/`` holds the ways of starting ranks, and ``runner.py`` runs
+the jobs.
 
 Example::
 
@@ -11,25 +13,20 @@ Example::
 
 import argparse
 import os
-import queue
 import re
 import shlex
-import shutil
 import sys
 
-from . import command as _command
 from .arg_types import non_negative_int, port, positive_int, positive_seconds, seconds
+from .backends import Request, select
 from .elastic_driver import ElasticDriver
 from .elastic_options import add_elastic_flags, elastic_dry_run, elastic_settings, is_elastic
 from .engine_flags import add_engine_flags, engine_environment
 from .errors import LaunchError
-from .handover import VARIABLE as ELASTIC_VARIABLE
-from .hosts import check_slots, is_local, parse_hostfile, parse_hosts
-from .job import JobOutcome, run_job
-from .mpiexec import find_mpiexec
-from .reports import ReportServer
-from .restarts import DEFAULT_DELAY, VARIABLE as RESTART_VARIABLE, run_with_restarts
-from .ssh import DEFAULT_CONNECT_TIMEOUT, SshSettings, ssh_launch
+from .hosts import check_slots, parse_hostfile, parse_hosts
+from .restarts import DEFAULT_DELAY, VARIABLE as RESTART_VARIABLE
+from .runner import Runner
+from .ssh import DEFAULT_CONNECT_TIMEOUT, SshSettings
 
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -52,7 +49,7 @@ started with `srun --mpi=pmi2` (plus --overlap inside an srun step), so each get
 With --min-np, --max-np or --host-discovery-script (elastic mode, for scripts that train under
 hvd.elastic.run), a job whose ranks or hosts are lost goes on with fewer ranks, and grows
 when hosts come: each change of size starts a new world of processes that takes over the
-last commit of the one before (see "Elastic training" in the README).
+last commit of the one before (see docs/elastic.md).
 """
 
 _EPILOG = """\
@@ -135,7 +132,8 @@ def build_parser():
              "dead ranks held to be released)")
     add_elastic_flags(parser)
     add_engine_flags(parser.add_argument_group(
-        "engine settings (become KERASHVD_* variables in every rank, read by kerashvd.init())"))
+        "settings (become KERASHVD_* variables in every rank, read by kerashvd.init() and "
+        "the optimizers)"))
     parser.add_argument(
         "command", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS ...]",
         help="the program every rank runs, e.g. python train.py")
@@ -158,48 +156,62 @@ def _variables(parser, items):
     return env
 
 
-def _plan(parser, args):
-    """Returns (np, hosts, slurm) after checking them against each other; sets args.ssh."""
+def _request(parser, args):
+    """The :class:`~kerashvd.launcher.backends.Request` of the command line, its parts checked
+    against each other; sets ``args.command`` and ``args.mpi_args``."""
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given: say what every rank runs, e.g. "
                      "kerashvdrun -np 2 python train.py")
     args.command = command
-    slurm = bool(os.environ.get("SLURM_JOB_ID")) and not args.hosts and not args.hostfile \
-        and not args.host_discovery_script
-    np = args.np if args.np is not None else args.min_np
-    if np is None and slurm:
-        ntasks = os.environ.get("SLURM_NTASKS") or os.environ.get("SLURM_NPROCS")
-        if ntasks and ntasks.isdigit() and int(ntasks) >= 1:
-            np = int(ntasks)
-    if np is None:
-        parser.error("-np is required: give the number of processes, e.g. -np 2"
-                     + (" (or --min-np in elastic mode)" if is_elastic(args) else ""))
     hosts = None
     try:
         if args.hosts is not None:
             hosts = parse_hosts(args.hosts)
-            check_slots(hosts, np)
         elif args.hostfile is not None:
             hosts = parse_hostfile(args.hostfile)
-            check_slots(hosts, np, flag="--hostfile")
     except ValueError as err:
         parser.error(str(err))
-    args.ssh = SshSettings(args.ssh_port, args.ssh_identity_file, args.ssh_config_file,
-                           args.ssh_connect_timeout)
+    ssh = SshSettings(args.ssh_port, args.ssh_identity_file, args.ssh_config_file,
+                      args.ssh_connect_timeout)
     try:
-        args.ssh.validate()
+        ssh.validate()
     except ValueError as err:
         parser.error(f"{err}.")
     try:
         args.mpi_args = shlex.split(args.mpi_args)
     except ValueError as err:  # e.g. "No closing quotation"
         parser.error(f"--mpi-args {args.mpi_args!r}: {err}")
-    return np, hosts, slurm
+    np = args.np if args.np is not None else args.min_np
+    return Request(np=np, hosts=hosts, discovery_script=args.host_discovery_script, ssh=ssh,
+                   dry_run=args.dry_run)
+
+
+def _np(parser, args, request, backend):
+    """The first job's rank count: -np (--min-np), else the backend's default; checked
+    against the hosts' slots."""
+    np = request.np if request.np is not None else backend.default_np()
+    if np is None:
+        parser.error("-np is required: give the number of processes, e.g. -np 2"
+                     + (" (or --min-np in elastic mode)" if is_elastic(args) else ""))
+    if request.hosts is not None:
+        try:
+            check_slots(request.hosts, np, flag="-H" if args.hosts is not None else "--hostfile")
+        except ValueError as err:
+            parser.error(str(err))
+    return np
+
+
+def _log(message):
+    print(f"kerashvdrun: {message}", file=sys.stderr, flush=True)
 
 
 def main(argv=None):
     """Runs ``kerashvdrun`` with ``argv`` (default: ``sys.argv[1:]``) and returns its exit code.
+
+    The command line is parsed here; the launcher backend that starts the ranks (hydra on this
+    machine, hydra over ssh, srun) is picked by :func:`kerashvd.launcher.backends.select`, and
+    the jobs run through :class:`~kerashvd.launcher.runner.Runner`.
 
     Args:
         argv: command-line arguments, without the program name.
@@ -220,104 +232,33 @@ def main(argv=None):
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    np, hosts, slurm = _plan(parser, args)
-    elastic = elastic_settings(parser, args, np, hosts, slurm)
+    request = _request(parser, args)
+    backend = select(request)
+    np = _np(parser, args, request, backend)
+    elastic = elastic_settings(parser, args, np, request.hosts, backend)
     env = engine_environment(args)
     env.update(_variables(parser, args.variables))
     try:
-        launcher = (shutil.which("srun") or ("srun" if args.dry_run else None)) if slurm \
-            else find_mpiexec()
-        if launcher is None:
-            raise LaunchError("SLURM_JOB_ID is set but srun is not on PATH: run kerashvdrun "
-                              "where SLURM's client commands are, or give the hosts with -H.")
+        backend.find_program()
     except LaunchError as err:
         print(f"kerashvdrun: error: {err}", file=sys.stderr)
         return 2
-
-    # Name the failing rank's host when the ranks run on several hosts.
-    several_hosts = not slurm and any(not is_local(h.name) for h in hosts or []) or \
-        slurm and os.environ.get("SLURM_JOB_NUM_NODES", "1") not in ("", "1")
-
-    def log(message):
-        print(f"kerashvdrun: {message}", file=sys.stderr, flush=True)
-
-    def run_attempt(remote, restart_count, signals, world=None):
-        events = queue.Queue()
-        rank_env = dict(env, **{RESTART_VARIABLE: str(restart_count)})
-        job_np, job_hosts, job_args, job_options = np, hosts, args.mpi_args, {}
-        if world is not None:  # elastic mode: see elastic_driver.py
-            job_np, job_hosts = world.np, world.plan
-            job_options = dict(failure_grace=world.failure_grace, is_failure=world.is_failure,
-                               on_tick=world.on_tick)
-            if slurm:
-                # --overlap: a step that lost a node stays "completing" and would hold the
-                # CPUs of the others; --no-kill: a failed node must not end the step.
-                job_args = ["--kill-on-bad-exit=0", "--no-kill", "--overlap",
-                            f"--nodelist={','.join(world.ranks)}", "--distribution=arbitrary",
-                            *args.mpi_args]
-            else:
-                job_args = ["-disable-auto-cleanup", *args.mpi_args]
-                if all(is_local(h.name) for h in job_hosts):
-                    job_hosts = None  # forked on this machine, as without -H
-        with ReportServer(events, local=not slurm and remote is None,  # a new token each time
-                          address=remote.address if remote else None,
-                          name_hosts=several_hosts or remote is not None,
-                          handlers=world.channel.handlers if world else None) as server:
-            if world is not None:
-                rank_env[ELASTIC_VARIABLE] = f"{server.address} {server.token}"
-            supervision = dict(report_address=server.address, token=server.token,
-                               prefix_output=args.prefix_output)
-            if slurm:
-                argv = _command.srun_command(launcher, job_np, args.command, env=rank_env,
-                                             srun_args=job_args, **supervision)
-            else:
-                argv = _command.mpiexec_command(
-                    launcher, job_np, args.command, env=rank_env, hosts=job_hosts,
-                    mpi_args=job_args,
-                    launcher_args=remote.mpiexec_args if remote else (), **supervision)
-            if args.verbose or args.dry_run:
-                print(f"kerashvdrun: {shlex.join(argv)}", file=sys.stderr, flush=True)
-            if args.dry_run:
-                return JobOutcome(returncode=0)
-            outcome = run_job(argv, events, log=log, signals=signals, **job_options)
-            if world is not None:  # ranks that outlived mpiexec may still hand over
-                world.channel.wait_for_members(world.failure_grace)
-        if remote is not None:
-            remote.remove_dead_segments(log)
-        return outcome
-
-    def run_world(world, signals):
-        with ssh_launch(None if slurm else world.plan, args.ssh, launcher) as remote:
-            return run_attempt(remote, world.number, signals, world)
-
-    if elastic is not None:
-        try:
-            if args.dry_run:
-                return elastic_dry_run(elastic, run_attempt)
-            return ElasticDriver(elastic, run_world, log).run()
-        except LaunchError as err:
-            print(f"kerashvdrun: error: {err}", file=sys.stderr, flush=True)
-            return 2
-        except OSError as err:
-            print(f"kerashvdrun: error: could not start {launcher}: {err}", file=sys.stderr)
-            return 2
-
+    runner = Runner(backend, args.command, env, mpi_args=args.mpi_args,
+                    prefix_output=args.prefix_output, verbose=args.verbose,
+                    dry_run=args.dry_run, log=_log)
     try:
-        with ssh_launch(None if slurm else hosts, args.ssh, launcher,
-                        dry_run=args.dry_run) as remote:
-            if remote and (args.verbose or args.dry_run):
-                log(f"other hosts are reached with: {shlex.join(remote.ssh_argv)} HOST ...")
-            outcome, _ = run_with_restarts(
-                lambda number, signals: run_attempt(remote, number, signals),
-                args.max_restarts, args.restart_delay, log=log,
-                launcher="srun" if slurm else "mpiexec")
+        if elastic is None:
+            return runner.run_fixed(np, request.hosts, args.max_restarts,
+                                    args.restart_delay).exit_code
+        if args.dry_run:
+            return elastic_dry_run(elastic, runner.run_world)
+        return ElasticDriver(elastic, runner.run_world, _log, backend.reachable).run()
     except LaunchError as err:
         print(f"kerashvdrun: error: {err}", file=sys.stderr, flush=True)
         return 2
     except OSError as err:
-        print(f"kerashvdrun: error: could not start {launcher}: {err}", file=sys.stderr)
+        print(f"kerashvdrun: error: could not start {backend.program}: {err}", file=sys.stderr)
         return 2
-    return outcome.exit_code
 
 
 if __name__ == "__main__":

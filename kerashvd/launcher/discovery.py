@@ -2,24 +2,21 @@
 
 Each source has ``find()``, which returns the hosts (a list of
 :class:`~kerashvd.launcher.hosts.Host`) listed at that moment; the elastic driver
-(``elastic_driver.py``) calls it about once a second while a job runs. Three sources:
+(``elastic_driver.py``) calls it about once a second while a job runs. Two sources:
 
 - :class:`ScriptDiscovery` (``--host-discovery-script``, as in Horovod): an executable that
   prints one host a line, ``node1:4``, ``node1 slots=4`` or ``node1`` (then
   ``--slots-per-host`` slots). It runs with a time limit; when it fails or times out,
   ``find()`` raises :class:`DiscoveryError` and the driver keeps the hosts it knew.
-- :class:`FixedHosts` (``-H``/``--hostfile`` in elastic mode): the same list every time.
-- :func:`slurm_hosts`: the nodes of the SLURM allocation (``SLURM_JOB_NODELIST``, expanded by
-  ``scontrol show hostnames``), each with its number of tasks (``SLURM_TASKS_PER_NODE``) as
-  slots, or ``--slots-per-host``.
+- :class:`FixedHosts` (``-H``/``--hostfile`` in elastic mode, or, without them, the hosts the
+  launcher backend gives: the SLURM allocation's nodes, this machine): the same list every
+  time.
 """
 
 import os
-import re
-import shutil
 import subprocess
 
-from .hosts import Host, parse_host_lines
+from .hosts import parse_host_lines
 
 DEFAULT_SCRIPT_TIMEOUT = 30.0
 
@@ -78,7 +75,7 @@ class ScriptDiscovery:
 
 
 class FixedHosts:
-    """The same hosts every time (``-H`` or ``--hostfile`` in elastic mode).
+    """The same hosts every time (``-H``, ``--hostfile``, or a backend's default hosts).
 
     ``fixed`` tells the driver that no host will come: it gives up at once, rather than
     waiting, when failures leave too few slots."""
@@ -94,77 +91,3 @@ class FixedHosts:
 
     def find(self):
         return list(self.hosts)
-
-
-_TASKS = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
-
-
-def tasks_per_node(text):
-    """Expands SLURM's ``SLURM_TASKS_PER_NODE`` (``"2(x3),1"``) into ``[2, 2, 2, 1]``.
-
-    Raises:
-        ValueError: for text of another form.
-
-    Example:
-
-    >>> tasks_per_node("2(x3),1")
-    [2, 2, 2, 1]
-    """
-    counts = []
-    for part in (text or "").split(","):
-        match = _TASKS.match(part.strip())
-        if not match:
-            raise ValueError(f"SLURM_TASKS_PER_NODE={text!r} is not of the form '2(x3),1'")
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
-    return counts
-
-
-def slurm_hosts(environ=None, slots_per_host=None, scontrol=None):
-    """The nodes of this SLURM allocation as hosts, in SLURM's order.
-
-    Args:
-        environ: where to read ``SLURM_JOB_NODELIST`` and ``SLURM_TASKS_PER_NODE``
-            (default ``os.environ``).
-        slots_per_host: slots of every node; default: its tasks in the allocation.
-        scontrol: the ``scontrol`` to expand the node list with (default: from PATH).
-
-    Raises:
-        DiscoveryError: the node list cannot be read or expanded.
-    """
-    environ = os.environ if environ is None else environ
-    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
-    if not nodelist:
-        raise DiscoveryError("SLURM_JOB_NODELIST is not set: run inside an allocation, or give "
-                             "the hosts with --host-discovery-script or -H")
-    scontrol = scontrol or shutil.which("scontrol")
-    if scontrol is None:
-        raise DiscoveryError("scontrol is not on PATH: it expands SLURM_JOB_NODELIST "
-                             f"({nodelist}) into the allocation's nodes")
-    try:
-        proc = subprocess.run([scontrol, "show", "hostnames", nodelist], capture_output=True,
-                              text=True, timeout=DEFAULT_SCRIPT_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise DiscoveryError(f"scontrol show hostnames {nodelist} failed: {err}") from None
-    names = proc.stdout.split()
-    if proc.returncode != 0 or not names:
-        raise DiscoveryError(f"scontrol show hostnames {nodelist} failed (exit "
-                             f"{proc.returncode}): {proc.stderr.strip()}")
-    if slots_per_host is not None:
-        counts = [slots_per_host] * len(names)
-    else:
-        try:
-            counts = tasks_per_node(environ.get("SLURM_TASKS_PER_NODE", "1"))
-        except ValueError as err:
-            raise DiscoveryError(f"{err}; give the slots with --slots-per-host") from None
-        if len(counts) != len(names):
-            raise DiscoveryError(
-                f"SLURM_TASKS_PER_NODE gives {len(counts)} counts for {len(names)} nodes "
-                f"({nodelist}); give the slots with --slots-per-host")
-    return [Host(name, count) for name, count in zip(names, counts)]
-
-
-class SlurmAllocation(FixedHosts):
-    """The allocation's nodes (:func:`slurm_hosts`, read once)."""
-
-    def __init__(self, slots_per_host=None):
-        super().__init__(slurm_hosts(slots_per_host=slots_per_host), "the SLURM allocation")

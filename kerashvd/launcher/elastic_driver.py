@@ -17,9 +17,16 @@ last commit (``handover.py`` explains that protocol). The loop, in the launcher'
    in their next collective (the engine names the dead rank within ~0.1 s, or after
    ``KERASHVD_PEER_TIMEOUT`` for a frozen one) and hand over; they get ``handover_grace``
    seconds to end before they are stopped.
-4. When every rank has ended: if they finished training, the job ends with 0. Otherwise the
-   failed ranks are charged to their hosts, the reset is counted (more than ``--reset-limit``
-   resets end the job) and the loop goes on at 1 with the next world.
+   A host that stops answering (its ranks' connections to kerashvdrun time out: a cut link,
+   a host that went down) is lost: the world is stopped once its other ranks have handed over,
+   whatever discovery lists.
+4. When every rank has ended: if they finished training, the job ends with 0. If every rank
+   failed by itself (each exited with an error of its own: the script's, which another world
+   would meet again), the job ends with that error. Otherwise the failed ranks are charged to
+   their hosts, the reset is counted (more than ``--reset-limit`` resets end the job) and the
+   loop goes on at 1 with the next world. Hosts lost because they stopped answering are asked
+   every few seconds whether they answer again (the backend's ``reachable``); those that do
+   are used again at the next commit, as hosts that discovery adds.
 
 Ranks are started with hydra's ``-disable-auto-cleanup`` (srun: ``--kill-on-bad-exit=0``):
 without it hydra kills every rank ~0.1 s after one dies, before the survivors can hand their
@@ -30,14 +37,17 @@ import dataclasses
 import threading
 import time
 
+from . import exit_status
 from .discovery import DiscoveryError
 from .errors import LaunchError
 from .handover import RESET_EXIT_CODE, CommitStore, WorldChannel
 from .host_pool import HostPool, change_kind, describe, layout
 from .job import SignalCatcher
+from .watches import RankLost
 
 DEFAULT_TIMEOUT = 600.0  # --elastic-timeout (Horovod's default)
 DISCOVERY_INTERVAL = 1.0  # seconds between two runs of discovery (Horovod's)
+PROBE_INTERVAL = 3.0  # seconds between two asks whether cut-off hosts answer again
 HANDOVER_GRACE = 30.0  # seconds survivors get to hand over and end after a failure
 # Once every rank has ended, mpiexec/srun gets this long to end too before it is stopped:
 # srun waits for ever for a task whose node's slurmstepd was killed.
@@ -65,6 +75,7 @@ class ElasticSettings:
     reset_limit: int | None = None
     interval: float = DISCOVERY_INTERVAL
     handover_grace: float = HANDOVER_GRACE
+    probe_interval: float = PROBE_INTERVAL
 
 
 class World:
@@ -82,15 +93,21 @@ class World:
         self.channel = channel
         self.failure_grace = failure_grace
         self.reports = {}
+        self.lost = {}  # rank -> RankLost
         self._previous_end = previous_end
         self._log = log
         self._synced_logged = False
 
-    def is_failure(self, report):
-        """Records a rank's report; those of ranks that ended for a reset are no failure."""
-        self.reports.setdefault(report.rank, report)
-        return not (report.returncode == RESET_EXIT_CODE and
-                    self.channel.is_survivor(report.rank))
+    def is_failure(self, event):
+        """Records a rank's report or loss (a
+        :class:`~kerashvd.launcher.watches.RankLost`); a rank that ended for a reset, or
+        whose training was over, is no failure."""
+        if isinstance(event, RankLost):
+            self.lost.setdefault(event.rank, event)
+            return not (self.channel.is_survivor(event.rank) or event.rank in self.channel.done)
+        self.reports.setdefault(event.rank, event)
+        return not (event.returncode == RESET_EXIT_CODE and
+                    self.channel.is_survivor(event.rank))
 
     def on_tick(self):
         """Logs, once, that the world has synchronized its state; asks to stop the launcher
@@ -115,13 +132,40 @@ class World:
         keep = self.channel.done | set(self.channel.survivors)
         return [r for r in range(self.np) if r not in keep]
 
+    def unreachable_ranks(self):
+        """Ranks whose host stopped answering."""
+        return {rank for rank, event in self.lost.items() if event.unreachable}
+
+    def own_failure(self):
+        """When every rank failed by itself, a line naming the errors, else ``None``.
+
+        By itself: the rank exited with a code of its own (not killed by a signal, not for a
+        reset), and its supervisor reported it, so its host was there; no rank finished or
+        handed over. Such a failure is the script's: another world would meet it again.
+        """
+        reports = [self.reports.get(rank) for rank in range(self.np)]
+        if self.channel.done or self.channel.survivors or not all(
+                r is not None and 0 < r.returncode != RESET_EXIT_CODE for r in reports):
+            return None
+        errors = {}
+        for rank in range(self.np):
+            error = self.channel.errors.get(rank) or exit_status.describe(reports[rank].returncode)
+            errors.setdefault(error, []).append(rank)
+        return "; ".join(f"{_ranks(ranks)}: {error}" for error, ranks in errors.items())
+
     def describe_end(self, failed, store):
         """One line on how the world ended."""
         parts = []
         for rank in failed:
-            report = self.reports.get(rank)
-            what = report.describe() if report else f"rank {rank} ended without a word " \
-                "(killed with its supervisor, or stopped by kerashvdrun)"
+            report, lost = self.reports.get(rank), self.lost.get(rank)
+            if report:
+                what = report.describe()
+            elif lost and lost.unreachable:
+                what = (f"rank {rank} stopped answering (nothing came back for "
+                        f"{lost.timeout:g} s)")
+            else:
+                what = (f"rank {rank} ended without a word (killed with its supervisor, or "
+                        "stopped by kerashvdrun)")
             parts.append(f"{what} (on {self.ranks[rank]})" if report and not report.host
                          else what)
         survivors = sorted(self.channel.survivors)
@@ -176,10 +220,11 @@ class ElasticDriver:
         0
     """
 
-    def __init__(self, settings, launch, log):
+    def __init__(self, settings, launch, log, reachable=None):
         self.settings = settings
         self._launch = launch
         self._log = log
+        self._reachable = reachable
         self._lock = threading.Lock()
         self._pool = HostPool()
         self._world = None
@@ -191,9 +236,13 @@ class ElasticDriver:
         (0, the failure's code, 1 when giving up without one, or 128 + N for a signal N)."""
         with CommitStore() as store, SignalCatcher() as signals:
             self._discover()
-            thread = threading.Thread(target=self._discover_forever, daemon=True,
-                                      name="kerashvd-discovery")
-            thread.start()
+            threads = [threading.Thread(target=self._discover_forever, daemon=True,
+                                        name="kerashvd-discovery")]
+            if self._reachable is not None:
+                threads.append(threading.Thread(target=self._probe_forever, daemon=True,
+                                                name="kerashvd-probe"))
+            for thread in threads:
+                thread.start()
             try:
                 return self._loop(store, signals)
             except _GiveUp as err:
@@ -202,13 +251,28 @@ class ElasticDriver:
                 return code
             finally:
                 self._stop.set()
-                thread.join()
+                for thread in threads:
+                    thread.join()
 
     # -- discovery ------------------------------------------------------------------------
 
     def _discover_forever(self):
         while not self._stop.wait(self.settings.interval):
             self._discover()
+
+    def _probe_forever(self):
+        while not self._stop.wait(self.settings.probe_interval):
+            with self._lock:
+                names = self._pool.cut_off()
+            if not names:
+                continue
+            back = self._reachable(names)
+            if back:
+                with self._lock:
+                    self._pool.answering_again(back)
+                self._log(f"elastic: {', '.join(back)} "
+                          f"{'answers' if len(back) == 1 else 'answer'} again: ranks may run "
+                          "there again.")
 
     def _discover(self):
         try:
@@ -316,8 +380,14 @@ class ElasticDriver:
                 self._log(f"elastic: {ends[-1]}; training had finished on "
                           f"{_ranks(sorted(channel.done))}: not starting another world.")
                 return self._last_code if failed else outcome.exit_code
+            own = world.own_failure()
+            if own is not None:
+                raise _GiveUp(f"{ends[-1]}.\nEvery rank failed by itself ({own}): an error "
+                              "of the training script, which another world would meet again; "
+                              "not starting one.", self._last_code)
             with self._lock:
-                self._pool.record_failures(world.ranks, set(failed))
+                self._pool.record_failures(world.ranks, set(failed),
+                                           world.unreachable_ranks())
             resets += 1
             limit = self.settings.reset_limit
             if limit is not None and resets > limit:

@@ -4,12 +4,11 @@ flags, and the dry run of the first world (the mode itself is ``elastic_driver.p
 import os
 
 from .arg_types import non_negative_int, positive_int, positive_seconds
-from .discovery import DiscoveryError, FixedHosts, ScriptDiscovery, SlurmAllocation
+from .discovery import DiscoveryError, FixedHosts, ScriptDiscovery
 from .elastic_driver import DEFAULT_TIMEOUT, ElasticSettings, World
 from .errors import LaunchError
 from .handover import CommitStore, WorldChannel
 from .host_pool import HostPool
-from .hosts import Host
 
 
 def add_elastic_flags(parser):
@@ -51,8 +50,17 @@ def is_elastic(args):
         args.host_discovery_script is not None
 
 
-def elastic_settings(parser, args, np, hosts, slurm):
-    """The :class:`ElasticSettings` of an elastic run, checked; None without elastic flags."""
+def elastic_settings(parser, args, np, hosts, backend):
+    """The :class:`ElasticSettings` of an elastic run, checked; None without elastic flags.
+
+    Args:
+        parser: the command line's parser (for its errors).
+        args: the parsed command line.
+        np: the first world's rank count.
+        hosts: the hosts of ``-H``/``--hostfile``, or ``None``.
+        backend: the launcher backend (:mod:`kerashvd.launcher.backends`): whether it can run
+            worlds, and its hosts when the command line names none.
+    """
     if not is_elastic(args):
         given = [flag for flag, value in (("--slots-per-host", args.slots_per_host),
                                           ("--elastic-timeout", args.elastic_timeout),
@@ -61,6 +69,9 @@ def elastic_settings(parser, args, np, hosts, slurm):
             parser.error(f"{', '.join(given)} only apply in elastic mode: add --min-np, "
                          "--max-np or --host-discovery-script")
         return None
+    if not backend.elastic:
+        parser.error(f"the elastic mode is not available with {backend.name}: drop --min-np, "
+                     "--max-np and --host-discovery-script")
     min_np = args.min_np if args.min_np is not None else np
     if args.max_restarts:
         parser.error("--max-restarts does not combine with the elastic mode, which restarts "
@@ -79,19 +90,19 @@ def elastic_settings(parser, args, np, hosts, slurm):
         discovery = ScriptDiscovery(script, args.slots_per_host or 1)
     elif hosts is not None:
         discovery = FixedHosts(hosts, "-H" if args.hosts is not None else "--hostfile")
-    elif slurm:
+    else:
         try:
-            discovery = SlurmAllocation(args.slots_per_host)
+            found, source = backend.default_hosts(np, args.max_np, args.slots_per_host)
         except DiscoveryError as err:
             parser.error(str(err))
-    else:
-        discovery = FixedHosts([Host("localhost", args.max_np or np)], "this machine")
+        discovery = FixedHosts(found, source)
     return ElasticSettings(discovery, np, min_np, args.max_np,
                            args.elastic_timeout or DEFAULT_TIMEOUT, args.reset_limit)
 
 
-def elastic_dry_run(settings, run_attempt):
-    """Prints the command of the first elastic world, on the hosts found now."""
+def elastic_dry_run(settings, run_world):
+    """Prints the command of the first elastic world, on the hosts found now, with
+    ``run_world(world, signals)`` (``Runner.run_world`` of a dry run)."""
     pool = HostPool()
     try:
         pool.update(settings.discovery.find())
@@ -103,4 +114,4 @@ def elastic_dry_run(settings, run_attempt):
                           f"slot(s), fewer than the {settings.np} the first world needs")
     with CommitStore() as store:
         world = World(0, plan, WorldChannel(store), settings.handover_grace, None, None)
-        return run_attempt(None, 0, None, world).exit_code
+        return run_world(world, None).exit_code

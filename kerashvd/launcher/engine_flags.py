@@ -1,14 +1,19 @@
-"""kerashvdrun's engine flags and the ``KERASHVD_*`` variables they become in every rank.
+"""kerashvdrun's setting flags and the ``KERASHVD_*`` variables they become in every rank.
 
 There is one flag per engine setting of the engine's table (``kerashvd._core.SETTINGS``,
 ops/core/settings.cc), which also gives its help, unit and default; :func:`kerashvd.init` reads
 the variable (``kerashvd/runtime/config.py``). Values are checked by the engine's own rule
 (``_core.flag_to_variable``), so that a typo fails before any process starts. ``_core`` is a
 small module that loads neither TensorFlow nor a running MPI.
+
+One setting is Python's, not the engine's: ``--bucket-cap-mb`` (``KERASHVD_BUCKET_CAP_MB``,
+the optimizers' gradient buckets; ``kerashvd/runtime/bucket_cap.py``), checked by that
+module's rule.
 """
 
 import argparse
 
+from ..runtime import bucket_cap
 from ..runtime._engine import core as _core
 
 
@@ -73,6 +78,18 @@ def add_engine_flags(parser):
         else:
             parser.add_argument(row["flag"], dest=_dest(row), type=_flag_type(row),
                                 metavar=_metavar(row), help=_help(row))
+    parser.add_argument(bucket_cap.FLAG, dest="bucket_cap_mb", type=_bucket_cap, metavar="MIB",
+                        help=f"{bucket_cap.HELP} (in MiB; default {bucket_cap.DEFAULT_MB:g}). "
+                             f"Sets {bucket_cap.VARIABLE}.")
+
+
+def _bucket_cap(text):
+    try:
+        bucket_cap.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected {bucket_cap.EXPECTED}, received "
+                                         f"{text!r}") from err
+    return text
 
 
 def engine_environment(namespace):
@@ -92,4 +109,6 @@ def engine_environment(namespace):
         if _is_switch(row):
             value = row["on"] if value else row["off"]
         env[row["variable"]] = value
+    if getattr(namespace, "bucket_cap_mb", None) is not None:
+        env[bucket_cap.VARIABLE] = namespace.bucket_cap_mb
     return env

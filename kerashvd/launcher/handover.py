@@ -34,6 +34,10 @@ A rank of world ``W`` talks to the launcher over the report server of ``W``
     a rank whose ``hvd.elastic.run`` function returned: training is over. A world whose ranks
     all end without a reset is the end of the job; one whose rank fails after others are
     done ends the job with that failure (there is nothing left to train).
+``TOKEN RANK failed TEXT``
+    a rank whose ``hvd.elastic.run`` function raised an error of the script's own (not one
+    that a reset handles): ``TEXT`` is its type and message on one line. The rank then exits
+    with an error; when every rank of a world failed so, the job ends with that error.
 
 The bytes are the rank's pickled state; the launcher never reads them. It keeps the newest in
 a file of a private temporary directory (not in memory: a model's commit can be gigabytes),
@@ -134,6 +138,7 @@ class WorldChannel:
         survivors: ``{rank: commit number}`` of the ranks that ended for a reset.
         synced: ``(commit number, time.monotonic())`` once rank 0 reported its first sync.
         done: the ranks whose training function returned.
+        errors: ``{rank: "Type: message"}`` of the ranks whose training function raised.
         hosts_update: the kind of host change announced to the world, or ``None``.
     """
 
@@ -146,9 +151,10 @@ class WorldChannel:
         self.survivors = {}
         self.synced = None
         self.done = set()
+        self.errors = {}
         self.hosts_update = None
         self.handlers = {"member": self._member, "commit": self._commit, "state": self._state,
-                         "synced": self._synced, "done": self._done}
+                         "synced": self._synced, "done": self._done, "failed": self._failed}
 
     def announce_hosts_update(self, kind):
         """Tells the ranks (now, or when they connect) that the hosts changed (once)."""
@@ -243,8 +249,12 @@ class WorldChannel:
     def _done(self, conn, rank, fields, rest):
         self._record(conn, lambda: self.done.add(rank))
 
+    def _failed(self, conn, rank, fields, rest):
+        self._record(conn, lambda: self.errors.setdefault(rank, " ".join(fields)))
+
     def _record(self, conn, update):
         """Runs ``update()`` under the lock and answers ``ok``."""
+        conn.settimeout(_TIMEOUT)
         try:
             with self._lock:
                 update()

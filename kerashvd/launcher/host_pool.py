@@ -9,6 +9,11 @@ What a failure costs (kerashvd's rule; Horovod leaves out the whole host of a fa
 - a host on which some ranks failed and others survived keeps running the survivors: it
   loses one slot per failed rank, until discovery stops listing it.
 
+A lost host none of whose ranks was heard from again (their connections to the launcher timed
+out: a cut link, a host that went down) is *cut off*: the elastic driver asks the backend
+every few seconds whether it answers again, and uses it again once it does, whether or not
+discovery dropped it meanwhile.
+
 So on one host listed with 3 slots, a SIGKILLed rank leaves a world of 2; with a discovery
 script, a node that went away and came back is used again. Failures are the only thing that
 takes slots away on their own: with fixed hosts (``-H``, ``--hostfile``, a SLURM allocation),
@@ -37,6 +42,7 @@ class HostPool:
     def __init__(self):
         self.listed = []      # what discovery gave last, in its order
         self._lost = set()    # host names left out until they leave the list
+        self._cut_off = set()  # lost hosts that stopped answering (see the module docstring)
         self._failed = {}     # host name -> slots lost to failed ranks
 
     def update(self, hosts):
@@ -46,16 +52,18 @@ class HostPool:
         now = {h.name for h in hosts}
         for name in before - now:
             self._lost.discard(name)
+            self._cut_off.discard(name)
             self._failed.pop(name, None)
         self.listed = list(hosts)
         return [h.name for h in hosts if h.name not in before], sorted(before - now)
 
-    def record_failures(self, world, failed_ranks):
+    def record_failures(self, world, failed_ranks, unreachable=()):
         """Charges the ranks in ``failed_ranks`` (world ranks) to their hosts.
 
         Args:
             world: the world's layout (:func:`layout`): one host name per rank.
             failed_ranks: the ranks that failed (neither finished nor survived).
+            unreachable: the failed ranks whose host stopped answering.
         """
         for name in dict.fromkeys(world):
             ranks = [r for r, host in enumerate(world) if host == name]
@@ -64,12 +72,26 @@ class HostPool:
                 continue
             if len(failed) == len(ranks):
                 self._lost.add(name)
+                if any(r in unreachable for r in ranks):
+                    self._cut_off.add(name)
             else:
                 self._failed[name] = self._failed.get(name, 0) + len(failed)
 
     def lose(self, names):
         """Leaves the hosts ``names`` out until they leave discovery's list."""
         self._lost.update(names)
+
+    def cut_off(self):
+        """The listed hosts left out because they stopped answering."""
+        return [h.name for h in self.listed if h.name in self._cut_off]
+
+    def answering_again(self, names):
+        """Uses the cut-off hosts ``names`` again, as if they had just been listed."""
+        for name in names:
+            if name in self._cut_off:
+                self._cut_off.discard(name)
+                self._lost.discard(name)
+                self._failed.pop(name, None)
 
     def lost(self):
         """The listed hosts left out after failures."""

@@ -2,8 +2,10 @@
 
 The loop, in the launcher's calling thread, every 0.1 s at most:
 1. print the lines read from mpiexec's pipe (when output is captured, as in a notebook);
-2. on the first :class:`~kerashvd.launcher.reports.FailureReport`, remember it and start
-   stopping the job; later reports are consequences and are ignored;
+2. on the first :class:`~kerashvd.launcher.reports.FailureReport`, or the first rank lost
+   (its supervisor's watch ended without a goodbye: ``watches.py``), remember it and start
+   stopping the job; later reports are consequences and are ignored (the ranks of the host of
+   the first loss lost within a second of it are named with it);
 3. on SIGINT/SIGTERM to the launcher, start stopping the job (a second one skips ahead);
 4. end when mpiexec has exited and its output is drained, then remove the MPICH
    shared-memory segments on this host that killed ranks left behind (``shm_segments.py``).
@@ -34,7 +36,9 @@ import threading
 import time
 
 from . import shm_segments
+from .keepalive import MARGIN
 from .reports import FailureReport
+from .watches import LossGatherer, RankLost
 
 _STEPS = (
     ((signal.SIGTERM,), 5.0),
@@ -54,13 +58,17 @@ class JobOutcome:
 
     Attributes:
         returncode: mpiexec's own return code.
-        failure: the first rank that reported a failure, or ``None``.
+        failure: the first rank that reported a failure (a
+            :class:`~kerashvd.launcher.reports.FailureReport`), or the ranks lost first (a
+            :class:`~kerashvd.launcher.watches.RanksLost`), or ``None``.
         interrupted: the signal (SIGINT/SIGTERM) that made the launcher stop the job, or None.
+        lost: every :class:`~kerashvd.launcher.watches.RankLost` of the job.
     """
 
     returncode: int
-    failure: FailureReport | None = None
+    failure: object = None
     interrupted: int | None = None
+    lost: list = dataclasses.field(default_factory=list)
 
     @property
     def exit_code(self):
@@ -128,6 +136,18 @@ class _Stopper:
     def started(self):
         return self._step >= 0
 
+    @property
+    def waiting(self):
+        """Not started, or in the grace time before the first signal."""
+        return self._step < 0 or self._step == 0 and not self._steps[0][0]
+
+    def hurry(self):
+        """Starts stopping now, skipping what is left of a grace time."""
+        if not self.started:
+            self.start()
+        elif self.waiting:
+            self._advance()
+
     def start(self, grace=0.0):
         """Begins stopping; with `grace`, first waits that long without signalling."""
         if not self.started:
@@ -192,7 +212,7 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signa
     """Runs ``argv`` (an mpiexec command) until it ends; stops it on a failure or a signal.
 
     Args:
-        argv: the command, from :func:`~kerashvd.launcher.command.mpiexec_command`.
+        argv: the command, from a launcher backend (``backends/``).
         events: the queue given to the job's
             :class:`~kerashvd.launcher.reports.ReportServer`.
         capture_output: read mpiexec's stdout and stderr (merged) and pass each line to
@@ -203,11 +223,13 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signa
             signal it received before the job started stops the job at once.
         failure_grace: seconds the other ranks get to end by themselves after a failure
             before they are signalled.
-        is_failure: called with every :class:`~kerashvd.launcher.reports.FailureReport`;
-            a report for which it returns False is not a failure (kerashvdrun's elastic mode:
-            a rank that ended for a reset). Default: every report is one.
-        on_tick: called every 0.1 s at most while the job runs; a message it returns is
-            logged and stops the job (as a failure would, without a grace time).
+        is_failure: called with every :class:`~kerashvd.launcher.reports.FailureReport` and
+            :class:`~kerashvd.launcher.watches.RankLost`; one for which it returns False is
+            not a failure (kerashvdrun's elastic mode: a rank that ended for a reset).
+            Default: every report and every loss is one.
+        on_tick: called every 0.1 s at most while the job runs, until it is being stopped
+            by signals; a message it returns is logged and stops the job at once (without
+            what is left of a failure's grace time).
 
     Returns:
         A :class:`JobOutcome`.
@@ -230,6 +252,7 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signa
     outcome = JobOutcome(returncode=0)
     stopper = _Stopper(proc, log)
     state = {"eof": not capture_output}
+    losses = LossGatherer()
 
     def handle(event):
         if isinstance(event, _Line):
@@ -242,6 +265,17 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signa
                 outcome.failure = event
                 log(f"{event.describe()}; stopping the other ranks.")
                 stopper.start(grace=failure_grace)
+        elif isinstance(event, RankLost):
+            outcome.lost.append(event)
+            if is_failure is not None and not is_failure(event):
+                return
+            if outcome.failure is None and outcome.interrupted is None:
+                outcome.failure = losses.add(event, time.monotonic())
+                # Announced once gathered (below). The ranks left behind by a host that
+                # stopped answering notice it by themselves up to MARGIN s later.
+                stopper.start(grace=failure_grace + (MARGIN if event.unreachable else 0.0))
+            elif outcome.failure is losses.group:
+                losses.add(event, time.monotonic())
         elif event is _EOF:
             state["eof"] = True
 
@@ -253,10 +287,13 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signa
                 log(f"received {signal.Signals(signals.received).name}; stopping all ranks "
                     "(send it again to force).")
                 stopper.start()
-            reason = on_tick() if on_tick is not None and not stopper.started else None
+            if losses.due(time.monotonic()):
+                losses.announced = True
+                log(f"{losses.group.describe()}; stopping the other ranks.")
+            reason = on_tick() if on_tick is not None and stopper.waiting else None
             if reason:
                 log(reason)
-                stopper.start()
+                stopper.hurry()
             stopper.poll(force=signals.force)
             try:
                 handle(events.get(timeout=_TICK))
@@ -271,6 +308,9 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signa
             handle(events.get_nowait())
         except queue.Empty:
             break
+    if losses.group is not None and not losses.announced:
+        losses.announced = True
+        log(f"{losses.group.describe()}.")
     outcome.returncode = proc.wait()
     # The supervisors clean up as their ranks end, but hydra may SIGKILL a supervisor first.
     shm_segments.remove_dead_after_job(segments_before)

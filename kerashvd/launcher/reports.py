@@ -6,9 +6,10 @@ stale process of another job cannot stop this one) and its rank; HOST is the sen
 name:
 
 - ``TOKEN RANK watch HOST``, once, when the rank starts: the server keeps the connection open
-  and never writes to it. When the launcher process ends -- killed with SIGKILL included --
-  the operating system closes it, and the supervisor stops its rank: no rank outlives its
-  launcher, on this host or another.
+  and never writes to it; the supervisor writes ``bye`` on it when its rank has ended. When
+  the launcher process ends -- killed with SIGKILL included -- the operating system closes
+  it, and the supervisor stops its rank: no rank outlives its launcher, on this host or
+  another. A watch that ends without ``bye`` is a lost rank (``watches.py``).
 - ``TOKEN RANK RETURNCODE HOST``, on a new connection, only when the rank's command failed
   (``RETURNCODE`` as ``subprocess`` gives it: ``-N`` for signal ``N``): the server answers
   ``ok`` and puts a :class:`FailureReport` on the event queue.
@@ -20,6 +21,10 @@ name:
   return results without a shared file system.
 - ``TOKEN RANK VERB ...`` for a verb given in ``handlers`` (kerashvdrun's elastic mode:
   ``launcher/handover.py``): the connection is handed to that handler, in a thread of its own.
+
+Every accepted connection gets the job's link timeout (``keepalive.py``): one whose other end
+stops answering ends within that time, so no connection from a host that was cut off or went
+down holds the launcher.
 """
 
 import dataclasses
@@ -28,7 +33,8 @@ import secrets
 import socket
 import threading
 
-from . import exit_status
+from . import exit_status, keepalive
+from .watches import Watches
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +72,9 @@ class ReportServer:
         handlers: ``{verb: handler}`` for more verbs: ``handler(conn, rank, fields, rest)`` is
             called in a new thread with the connection, the rank, the words after the verb
             and the bytes read past the first line; it owns (and closes) the connection.
+        link_timeout: seconds of silence after which a connection counts as lost
+            (default: ``keepalive.link_timeout()`` of this process's environment); lost
+            watches put a :class:`~kerashvd.launcher.watches.RankLost` on ``events``.
 
     Attributes:
         address: ``"host:port"`` for the ranks.
@@ -82,15 +91,17 @@ class ReportServer:
     """
 
     def __init__(self, events, local=True, address=None, name_hosts=False, payload=None,
-                 handlers=None):
+                 handlers=None, link_timeout=None):
         self._events = events
+        self.link_timeout = link_timeout if link_timeout is not None else \
+            keepalive.link_timeout()
+        self._watches = Watches(events, self.link_timeout)
         self._handlers = dict(handlers or {})
         self.token = secrets.token_hex(16)
         self._name_hosts = name_hosts
         self._payload = payload
         self.hosts = {}
         self.results = {}
-        self._watched = []  # one open connection per running rank
         _allow_many_connections()
         self._socket = socket.create_server(("127.0.0.1" if local else "", 0), backlog=1024,
                                             family=_family(address))
@@ -111,6 +122,7 @@ class ReportServer:
                 continue
             except OSError:
                 return
+            keepalive.enable(conn, self.link_timeout)
             if not self._handle(conn):
                 conn.close()
 
@@ -132,7 +144,8 @@ class ReportServer:
             rank, verb, extra = int(fields[1]), fields[2], fields[3:]
             if verb == "watch":
                 self.hosts[rank] = extra[0] if extra else None
-                self._watched.append(conn)
+                conn.settimeout(None)
+                self._watches.add(conn, rank, self.hosts[rank])
                 return True
             if verb in ("payload", "result"):
                 threading.Thread(target=self._transfer, args=(conn, rank, verb, extra, rest),
@@ -149,6 +162,10 @@ class ReportServer:
         except (OSError, ValueError):
             pass
         return False
+
+    def watched(self):
+        """The server's ends of the watch connections open now."""
+        return self._watches.connections()
 
     def _transfer(self, conn, rank, verb, extra, received):
         """Sends the payload to, or receives a result from, one rank; then closes ``conn``."""
@@ -177,9 +194,7 @@ class ReportServer:
         self._closed.set()
         self._thread.join()
         self._socket.close()
-        for conn in self._watched:
-            conn.close()
-        self._watched.clear()
+        self._watches.close()
 
     def __enter__(self):
         return self

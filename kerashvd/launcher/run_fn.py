@@ -1,28 +1,31 @@
 """``kerashvd.run(fn, np, hosts=...)``: runs a Python function on N processes, on this
 machine or on several hosts, and returns each rank's result, for notebooks and scripts.
 
-How: ``fn`` and its arguments are pickled by value with cloudpickle; ``mpiexec`` starts
-``_worker.py`` on every rank under the same supervisor as ``kerashvdrun`` (over ssh on other
-hosts, see ``ssh.py``); each worker fetches the pickle from the caller's report server and
-sends its return value (or formatted traceback) back through it (``reports.py``), so no
-shared file system is needed; the ranks' output is read from mpiexec's pipe here and printed
+How: ``fn`` and its arguments are pickled by value with cloudpickle; hydra's ``mpiexec``
+starts ``_worker.py`` on every rank under the same supervisor as ``kerashvdrun`` (the
+``hydra_local`` backend, or ``hydra_ssh`` with other hosts: ``backends/``); each worker
+fetches the pickle from the caller's report server and sends its return value (or formatted
+traceback) back through it (``reports.py``), so no shared file system is needed; the ranks' output is read from mpiexec's pipe here and printed
 line by line to this process's ``sys.stdout``, so that a notebook cell shows it.
 """
 
+import os
 import pickle
 import queue
 import re
 import signal
 import sys
 
-from . import command as _command
+from . import keepalive
+from .backends import Request, Supervision, select
+from .command import WORKER
 from .errors import RankError
 from .exit_status import describe
 from .hosts import check_slots, parse_hostfile, parse_hosts
 from .job import run_job
-from .mpiexec import find_mpiexec
 from .reports import ReportServer
-from .ssh import DEFAULT_CONNECT_TIMEOUT, SshSettings, ssh_launch
+from .ssh import DEFAULT_CONNECT_TIMEOUT, SshSettings
+from .watches import RanksLost
 
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -115,6 +118,10 @@ def _collect(server, np, outcome, several_hosts):
             f"kerashvd.run: rank {blamed} (of {np}){where(blamed)} raised an exception; its "
             f"traceback:\n\n"
             f"{traceback_text}", rank=blamed, exit_code=1, remote_traceback=traceback_text)
+    if isinstance(outcome.failure, RanksLost):
+        raise RankError(f"kerashvd.run: {outcome.failure.describe()}, before returning a "
+                        "result; the output is printed above.", rank=outcome.failure.rank,
+                        exit_code=outcome.failure.exit_code)
     if outcome.failure is not None:
         failed = outcome.failure.rank
         raise RankError(
@@ -160,8 +167,9 @@ def run(fn, np=1, args=(), kwargs=None, env=None, verbose=True, hosts=None, host
             printed, without the prefix.
         hosts: ``"node1:2,node2:2"`` (``:slots`` defaults to 1); ``None``: this machine.
         hostfile: a file of hosts instead (``node1 slots=2`` a line, as ``kerashvdrun``).
-        ssh_port, ssh_identity_file, ssh_config_file: ssh's port (``-p``), private key
-            (``-i``) and client configuration (``-F``) for the other hosts.
+        ssh_port: ssh's port (``-p``) on the other hosts.
+        ssh_identity_file: ssh's private key (``-i``) for the other hosts.
+        ssh_config_file: ssh's client configuration (``-F``) for the other hosts.
         ssh_connect_timeout: seconds a host may take to accept the ssh connection.
 
     Returns:
@@ -191,30 +199,28 @@ def run(fn, np=1, args=(), kwargs=None, env=None, verbose=True, hosts=None, host
         settings.validate()
     except ValueError as err:
         raise ValueError(f"kerashvd.run: {err}.") from None
-    mpiexec = find_mpiexec()
+    backend = select(Request(np=np, hosts=listed, ssh=settings, scheduler=False))
+    backend.find_program()
     payload = _payload(fn, args, kwargs)
     rank_env = {"PYTHONUNBUFFERED": "1"}
     rank_env.update(env or {})
     log = (lambda message: print(f"kerashvd.run: {message}", flush=True)) if verbose else None
-    with ssh_launch(listed, settings, mpiexec) as remote:
+    with backend.prepare(listed, log=log) as launch:
         events = queue.Queue()
-        with ReportServer(events, local=remote is None,
-                          address=remote.address if remote else None,
-                          name_hosts=remote is not None, payload=payload) as server:
-            argv = _command.mpiexec_command(
-                mpiexec, np, [sys.executable, _command.WORKER, server.address, server.token],
-                env=rank_env, hosts=listed, report_address=server.address,
-                token=server.token, prefix_output=verbose,
-                launcher_args=remote.mpiexec_args if remote else ())
+        with ReportServer(events, local=launch.local, address=launch.address,
+                          name_hosts=launch.names_hosts, payload=payload,
+                          link_timeout=keepalive.link_timeout({**os.environ, **rank_env})
+                          ) as server:
+            argv = launch.command(
+                np, [sys.executable, WORKER, server.address, server.token], env=rank_env,
+                args=(), supervision=Supervision(server.address, server.token, verbose))
             outcome = run_job(argv, events, capture_output=True,
                               on_line=lambda line: print(line, flush=True), log=log)
-        if remote is not None:
-            remote.remove_dead_segments(log)
+        launch.finish(log, unreachable={e.host for e in outcome.lost if e.unreachable})
         if outcome.interrupted is not None:
             if outcome.interrupted != signal.SIGINT:
                 signal.raise_signal(outcome.interrupted)  # as if it had come after the run
             raise KeyboardInterrupt(
                 f"kerashvd.run was interrupted by {signal.Signals(outcome.interrupted).name}; "
                 "all ranks were stopped.")
-        return _collect(server, np, outcome, several_hosts=remote is not None)
-
+        return _collect(server, np, outcome, several_hosts=launch.names_hosts)

@@ -1,41 +1,22 @@
-"""Ranks on other hosts over ssh (``kerashvdrun -H``/``--hostfile``, ``kerashvd.run(hosts=...)``).
+"""ssh for ranks on other hosts: the ssh options every connection uses, where remote processes
+reach this machine, and the check of every remote host before a job. Hydra's ssh launcher,
+which starts the ranks with these, is the ``hydra_ssh`` backend (``backends/hydra_ssh.py``).
 
-How: hydra's own ssh launcher (``mpiexec -launcher ssh -launcher-exec WRAPPER``). For each
-remote host, hydra runs ``WRAPPER -x HOST "<dir of mpiexec>/hydra_pmi_proxy" ARGS...``; the
-proxy connects back to mpiexec, receives the ranks' commands and environment, starts them
-(each under its supervisor) and relays their output; hosts that are this machine get a forked
-proxy. Why hydra's launcher rather than an ssh fan-out of kerashvd's own: the ranks of one MPI
-world must be started by the process manager that wires them up (PMI), so an own fan-out
-would still have to start hydra's proxies, and hydra already forwards the environment
-(``-x``), output, and SIGINT/SIGTERM to every proxy, and a proxy that loses mpiexec ends its
-ranks. What hydra leaves open, kerashvd adds:
-
-- ssh options. ``WRAPPER`` is a two-line shell script written per launch into a private
-  temporary directory (hydra takes one executable path, not a command line): ``exec ssh
-  -o BatchMode=yes -o ConnectTimeout=N ... "$@"``. BatchMode turns a password or host-key
-  prompt, which would wait for ever in a job, into an error; ConnectTimeout bounds a dead
-  host; ServerAlive* end the session (and so the host's ranks) when a host stops answering
-  mid-job. ``--ssh-port``, ``--ssh-identity-file``, ``--ssh-config-file`` add ``-p``, ``-i``,
-  ``-F``.
-- A check of every remote host before the job (in parallel, each bounded by the connect
-  timeout plus :data:`CHECK_MARGIN`): one ssh command that must log in without a password and
-  find this Python, kerashvd's supervisor, hydra's proxy and the working directory at the
-  same paths. Every host that fails is named in one :class:`LaunchError`, with the fix.
-  Without it, a wrong host shows as a hang or as hydra's messages about its proxy.
-- MPICH segments left in ``/dev/shm`` on other hosts: when a rank dies before MPI_Finalize,
-  hydra SIGKILLs the other ranks of its host and their supervisors, which then cannot remove
-  the job's segment (shm_segments.py). The check lists each host's segments; after each job,
-  :meth:`SshLaunch.remove_dead_segments` runs shm_segments.py on every remote host over ssh,
-  which removes the dead ones that were not there before (as the launcher does on its own
-  host).
-- Where remote processes reach the launcher: hydra's proxies connect to mpiexec, and the
-  supervisors to the launcher's report server, at :func:`launch_address` -- the address this
-  machine uses toward the remote hosts -- rather than at its host name, which on many machines
-  resolves to a loopback address (``127.0.1.1`` in Debian's /etc/hosts).
+- ssh options (:class:`SshSettings`): BatchMode turns a password or host-key prompt, which
+  would wait for ever in a job, into an error; ConnectTimeout bounds a dead host;
+  ServerAlive* end the session (and so the host's ranks) when a host stops answering mid-job.
+  ``--ssh-port``, ``--ssh-identity-file``, ``--ssh-config-file`` add ``-p``, ``-i``, ``-F``.
+- A check of every remote host before the job (:func:`check_hosts`, in parallel, each bounded
+  by the connect timeout plus :data:`CHECK_MARGIN`): one ssh command that must log in without
+  a password and find this Python, kerashvd's supervisor, hydra's proxy and the working
+  directory at the same paths, and that lists the host's MPICH segments. Every host that
+  fails is named in one :class:`LaunchError`, with the fix. Without it, a wrong host shows as
+  a hang or as hydra's messages about its proxy.
+- :func:`launch_address`: the address this machine uses toward the remote hosts, where
+  hydra's proxies and the ranks' supervisors connect back.
 """
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import math
 import os
@@ -44,7 +25,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 
 from . import command as _command
 from . import shm_segments
@@ -232,7 +212,7 @@ def check_hosts(names, settings, mpiexec, python=None):
     argv = settings.argv(ssh)
     required = _required_paths(mpiexec, python or sys.executable)
     timeout = settings.connect_timeout + CHECK_MARGIN
-    checked = _on_every_host(names, lambda host: _check_host(host, argv, required, timeout))
+    checked = on_every_host(names, lambda host: _check_host(host, argv, required, timeout))
     failed = [(host, problem) for host, (problem, _) in zip(names, checked) if problem]
     if failed:
         lines = "\n".join(f"  {host}: {problem}{'' if problem.endswith(('.', '?')) else '.'}"
@@ -247,7 +227,18 @@ def check_hosts(names, settings, mpiexec, python=None):
     return {host: segments for host, (_, segments) in zip(names, checked)}
 
 
-def _on_every_host(names, function):
+def usable_hosts(names, settings, mpiexec, python=None):
+    """The hosts of ``names`` that pass :func:`check_hosts`'s check now (none raises)."""
+    if not names:
+        return []
+    argv = settings.argv(find_ssh())
+    required = _required_paths(mpiexec, python or sys.executable)
+    timeout = settings.connect_timeout + CHECK_MARGIN
+    checked = on_every_host(names, lambda host: _check_host(host, argv, required, timeout))
+    return [host for host, (problem, _) in zip(names, checked) if problem is None]
+
+
+def on_every_host(names, function):
     """``[function(name) for name in names]``, run in parallel."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
         return list(pool.map(function, names))
@@ -260,77 +251,3 @@ def find_ssh():
         raise LaunchError("ssh is not on PATH: ranks on other hosts are started over ssh. "
                           "Install the OpenSSH client (e.g. apt-get install openssh-client).")
     return path
-
-
-@dataclasses.dataclass(frozen=True)
-class SshLaunch:
-    """A prepared launch over ssh: ``mpiexec_args`` go before ``-hosts``; ``address`` is
-    where remote processes reach this machine; ``ssh_argv`` is the ssh command hydra runs;
-    ``segments`` maps each remote host to its MPICH segments before the job (empty when the
-    hosts were not checked); ``python``, the interpreter every host has."""
-
-    mpiexec_args: list
-    address: str
-    ssh_argv: list
-    segments: dict
-    python: str
-
-    def remove_dead_segments(self, log=None):
-        """Removes, on every checked remote host, the MPICH segments its ranks left (see the
-        module docstring); bounded like the check. A host that cannot be reached is logged."""
-        script = os.path.join(os.path.dirname(os.path.abspath(shm_segments.__file__)),
-                              "shm_segments.py")
-        timeout = shm_segments.SETTLE + CHECK_MARGIN
-
-        def clean(host):
-            remote = shlex.join([self.python, "-I", script, *sorted(self.segments[host])])
-            try:
-                proc = subprocess.run([*self.ssh_argv, host, remote], capture_output=True,
-                                      text=True, errors="replace", stdin=subprocess.DEVNULL,
-                                      timeout=timeout)
-            except (subprocess.TimeoutExpired, OSError) as err:
-                return f"{host}: {err}"
-            if proc.returncode == 0:
-                return None
-            lines = proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
-            return f"{host}: {lines[-1]}"
-
-        hosts = sorted(self.segments)
-        for problem in filter(None, _on_every_host(hosts, clean) if hosts else []):
-            if log is not None:
-                log(f"could not remove the job's MPICH segments from /dev/shm on {problem}")
-
-
-@contextlib.contextmanager
-def ssh_launch(hosts, settings, mpiexec, *, dry_run=False, python=None):
-    """Prepares a job on ``hosts``: yields an :class:`SshLaunch` when some host is remote
-    (after :func:`check_hosts`), else ``None``. The wrapper script hydra runs lives until the
-    block ends. With ``dry_run``, nothing is checked or looked up (no name is resolved), and
-    this machine's host name stands for its address.
-
-    Example:
-
-    >>> from kerashvd.launcher.hosts import parse_hosts
-    >>> with ssh_launch(parse_hosts("localhost:2"), SshSettings(), "mpiexec") as launch:
-    ...     launch is None
-    True
-    """
-    names = remote_hosts(hosts)
-    if not names:
-        yield None
-        return
-    settings.validate()
-    segments = {} if dry_run else check_hosts(names, settings, mpiexec, python)
-    ssh_argv = settings.argv(shutil.which("ssh") or "ssh")
-    address = socket.gethostname() if dry_run else launch_address(names)
-    directory = tempfile.mkdtemp(prefix="kerashvd-ssh-")
-    try:
-        wrapper = os.path.join(directory, "ssh")
-        with open(wrapper, "w") as f:
-            f.write("#!/bin/sh\n# Run by hydra as: ssh -x HOST COMMAND... (see kerashvd/launcher/"
-                    f"ssh.py)\nexec {shlex.join(ssh_argv)} \"$@\"\n")
-        os.chmod(wrapper, 0o700)
-        yield SshLaunch(["-launcher", "ssh", "-launcher-exec", wrapper, "-localhost", address],
-                        address, ssh_argv, segments, python or sys.executable)
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)

@@ -11,7 +11,9 @@ import ctypes
 import importlib.metadata
 import os
 
-from .. import _build_info
+# What the build compiled (CMake generates it beside the compiled modules, so a source checkout
+# has none). The runtime's modules read it from here.
+from .. import _build_info as build_record
 from ._mpich import mpich_file
 
 _REBUILD_HINT = (
@@ -42,9 +44,9 @@ def installed_tf_version():
 def check_tf_version(installed=None):
     """Raises ImportError when the installed TensorFlow is not the one the ops were built for."""
     installed = installed or installed_tf_version()
-    if installed is not None and installed != _build_info.TF_VERSION:
+    if installed is not None and installed != build_record.TF_VERSION:
         raise ImportError(
-            f"kerashvd was compiled against TensorFlow {_build_info.TF_VERSION}, but TensorFlow "
+            f"kerashvd was compiled against TensorFlow {build_record.TF_VERSION}, but TensorFlow "
             f"{installed} is installed; its C++ ops cannot load into a different version. "
             + _REBUILD_HINT
         )
@@ -55,8 +57,8 @@ def load_tf_ops():
     import tensorflow as tf  # lazy: this module is imported before TensorFlow is needed
 
     check_tf_version(tf.__version__)
-    # Beside _build_info, which is also where an editable install keeps the compiled files.
-    path = os.path.join(os.path.dirname(_build_info.__file__), "libkerashvd_tf_ops.so")
+    # Beside the build record, which is also where an editable install keeps the compiled files.
+    path = os.path.join(os.path.dirname(build_record.__file__), "libkerashvd_tf_ops.so")
     try:
         return tf.load_op_library(path)
     except tf.errors.NotFoundError as err:

@@ -18,6 +18,7 @@ import functools
 
 import tensorflow as tf
 
+from .. import _private_api
 from . import tf_threads
 from ._engine import core
 from ._loader import load_tf_ops
@@ -52,3 +53,9 @@ class _Library:
 
 
 OPS = _Library(load_tf_ops())
+# The collectives are stateful, so that TensorFlow never constant-folds nor prunes them, but
+# tf.function must not run them one at a time (ops/tf/kernels.h).
+COLLECTIVE_OPS = ("KerashvdAllreduce", "KerashvdGroupedAllreduce", "KerashvdAllgather",
+                  "KerashvdGroupedAllgather", "KerashvdBroadcast", "KerashvdGroupedBroadcast",
+                  "KerashvdAlltoall", "KerashvdReducescatter", "KerashvdGroupedReducescatter")
+_private_api.register_async_collectives(COLLECTIVE_OPS)

@@ -14,14 +14,17 @@ a default).
 
 import os
 
-from . import gpu_pinning, tf_threads
+from . import bucket_cap, gpu_pinning, tf_threads
 from ._engine import core as _core
 
 # Variables kerashvd reads or sets itself besides the engine settings; KERASHVD_RESTART_COUNT
 # is the attempt number kerashvdrun gives every rank (launcher/restarts.py), for the script;
-# KERASHVD_ELASTIC, where the ranks of an elastic job reach kerashvdrun (elastic/launcher_link.py).
-_OTHER_VARIABLES = {tf_threads.VARIABLE, gpu_pinning.VARIABLE, "KERASHVD_RESTART_COUNT",
-                    "KERASHVD_ELASTIC"}
+# KERASHVD_ELASTIC, where the ranks of an elastic job reach kerashvdrun (elastic/launcher_link.py);
+# KERASHVD_MAX_REQUEUES, how often the SLURM templates (recipes/slurm/) requeue a job, which a
+# job's ranks inherit from its environment; KERASHVD_BUCKET_CAP_MB, the gradient bucket cap
+# (bucket_cap.py), read by the optimizers.
+_OTHER_VARIABLES = {tf_threads.VARIABLE, gpu_pinning.VARIABLE, bucket_cap.VARIABLE,
+                    "KERASHVD_RESTART_COUNT", "KERASHVD_ELASTIC", "KERASHVD_MAX_REQUEUES"}
 
 # init() keyword -> the engine's row for it: variable, horovod_variable, flag, kind, minimum,
 # unit, help, default, expected (what a value must be), ...
@@ -83,6 +86,7 @@ def build_config(overrides):
             f"Unknown kerashvd setting(s) in the environment: {', '.join(unknown)}. "
             f"Known: {', '.join(sorted(known))}.")
     tf_threads.spinning_setting()  # raises for a bad value
+    bucket_cap.check_environment()  # likewise
     bad = sorted(set(overrides) - set(SETTINGS))
     if bad:
         raise ValueError(f"init() got unknown setting(s) {bad}; known: {sorted(SETTINGS)}")

@@ -12,7 +12,7 @@ class HorovodInternalError(RuntimeError):
     Horovod raises it from its elastic driver, which catches the framework's error of a failed
     collective and re-raises it under this name. kerashvd's collectives fail inside TensorFlow
     ops, so a dead or aborting peer reaches Python as the TensorFlow error the op reported
-    (``tf.errors.AbortedError``, see "When things go wrong" in the README), whose type
+    (``tf.errors.AbortedError``, see "When things go wrong" in docs/diagnostics.md), whose type
     TensorFlow chooses; this class is *not* its base (``except`` compares real base classes,
     and retyping the error would mean wrapping every op and every ``tf.function``). It is the
     type to raise, and to catch in code written for Horovod, for failures your own code

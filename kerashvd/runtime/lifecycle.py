@@ -2,13 +2,12 @@
 
 import sys
 
-from .. import _build_info, _private_api
-from ..training import _keras_classes
-from . import gpu_pinning, launch_env, tf_threads
+from .. import _private_api
+from . import gpu_pinning, launch_env, tf_defaults, tf_threads
 from . import process_sets as _process_sets
+from ._loader import build_record
 from ._engine import NotInitializedError, core as _core, require_init as _require_init
 from .config import build_config
-from ..launcher import tf_defaults
 from .world import (cross_rank, cross_size, is_homogeneous, is_initialized, local_rank,
                     local_size, mpi_threads_supported, rank, size)
 
@@ -27,12 +26,12 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
     TensorFlow's idle threads from spinning (``KERASHVD_TF_THREAD_SPINNING``, see
     ``kerashvd.runtime.tf_threads``); both take effect only if TensorFlow has run no op yet. When
     TensorFlow is not imported yet, it sets TensorFlow's environment defaults that kerashvd
-    prefers where unset (``kerashvd.launcher.tf_defaults``; ranks that ``kerashvdrun`` starts
+    prefers where unset (``kerashvd.runtime.tf_defaults``; ranks that ``kerashvdrun`` starts
     get them in any case); the pooling allocator's also after ``import tensorflow``, until
-    TensorFlow runs its first op. When the Keras that ``tf.keras`` uses is imported already, it
-    registers kerashvd's Keras classes for ``keras.saving.load_model`` (otherwise
-    ``kerashvd.load_model`` or any use of ``DistributedOptimizer`` does; see
-    ``kerashvd/training/_keras_classes.py``).
+    TensorFlow runs its first op. When the Keras that ``tf.keras`` uses is imported already,
+    ``kerashvd.init`` registers kerashvd's Keras classes for ``keras.saving.load_model``
+    (otherwise ``kerashvd.load_model`` or any use of ``DistributedOptimizer`` does; see
+    ``kerashvd/training/_keras_classes.py``): a step the package adds with :func:`after_init`.
 
     Args:
         comm: Horovod's argument: None or ``mpi4py.MPI.COMM_WORLD`` (kerashvd always runs on
@@ -49,7 +48,8 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
             per row of the engine's table (``kerashvd.runtime.config.SETTINGS``: its variable, unit,
             default and help), e.g. ``cycle_time_ms=5``, ``fusion_threshold_bytes=0``,
             ``hierarchical_allreduce=True`` (``"auto"``, ``"on"`` or True, ``"off"`` or
-            False; see README "Many nodes"). ``kerashvdrun --help`` lists them as flags.
+            False; see docs/settings.md, "Hierarchical collectives"). ``kerashvdrun --help``
+            lists them as flags.
 
     Raises:
         ValueError: for an unknown setting or ``KERASHVD_*`` variable, or a bad value.
@@ -76,7 +76,7 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
                 f"process_sets={process_sets!r}")
         return
     pin = gpu_pinning.setting(pin_gpu)
-    imported = "tensorflow" in sys.modules  # see kerashvd/launcher/tf_defaults.py
+    imported = "tensorflow" in sys.modules  # see kerashvd/runtime/tf_defaults.py
     tf_defaults.apply_unread(imported, imported and _private_api.eager_context_started())
     _core.init(build_config(settings))
     try:
@@ -92,7 +92,32 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
     except BaseException:
         shutdown()  # every rank fails the same registration, so every rank gets here
         raise
-    _keras_classes.register_if_keras_imported()  # for keras.saving.load_model
+    for hook in list(_after_init):
+        hook()
+
+
+_after_init = []  # what init() calls last, in order (see after_init)
+
+
+def after_init(hook):
+    """Has every later :func:`init` that starts the engine call ``hook()`` as its last step.
+
+    This is how a layer above the runtime adds a step to ``init()`` (the runtime never imports
+    one): ``kerashvd/__init__.py`` adds the registration of kerashvd's Keras classes, which
+    lives in ``kerashvd.training``. A hook added again is not added twice.
+
+    Args:
+        hook: a function of no argument; what it raises, ``init()`` raises.
+
+    Example:
+
+    >>> from kerashvd.runtime import lifecycle
+    >>> lifecycle.after_init(lambda: print("engine started"))
+    >>> lifecycle.init()
+    engine started
+    """
+    if hook not in _after_init:
+        _after_init.append(hook)
 
 
 def _check_comm(comm):
@@ -132,17 +157,17 @@ def mpi_enabled():
 
 def mpi_built():
     """Returns True: this kerashvd has the MPI backend (CPU tensors, control plane)."""
-    return bool(_build_info.MPI_BUILT)
+    return bool(build_record.MPI_BUILT)
 
 
 def nccl_built():
     """Returns whether this kerashvd was built with the NCCL backend for GPU tensors."""
-    return bool(_build_info.NCCL_BUILT)
+    return bool(build_record.NCCL_BUILT)
 
 
 def cuda_built():
     """Returns whether this kerashvd was built with CUDA (for its NCCL backend)."""
-    return bool(_build_info.CUDA_VERSION)
+    return bool(build_record.CUDA_VERSION)
 
 
 def _not_built(name, what):
@@ -176,11 +201,11 @@ def build_info():
     ['compiler', 'cuda_version']
     """
     return {
-        "tensorflow_version": _build_info.TF_VERSION,
-        "mpi_built": bool(_build_info.MPI_BUILT),
-        "mpi_source": _build_info.MPI_SOURCE,
-        "nccl_built": bool(_build_info.NCCL_BUILT),
-        "cuda_version": _build_info.CUDA_VERSION or None,
-        "compiler": _build_info.CXX_COMPILER,
+        "tensorflow_version": build_record.TF_VERSION,
+        "mpi_built": bool(build_record.MPI_BUILT),
+        "mpi_source": build_record.MPI_SOURCE,
+        "nccl_built": bool(build_record.NCCL_BUILT),
+        "cuda_version": build_record.CUDA_VERSION or None,
+        "compiler": build_record.CXX_COMPILER,
     }
 

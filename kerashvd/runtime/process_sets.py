@@ -161,6 +161,7 @@ class _GlobalProcessSet(ProcessSet):
 
 
 global_process_set = _GlobalProcessSet()
+"""The process set of all ranks (id 0): every collective's default ``process_set``."""
 
 
 def add_process_set(process_set):
@@ -286,8 +287,7 @@ def resolve(process_set, what):
     # Membership is the engine's registry's to check (it checks each submission too).
     error = _core.process_set_caller_error(process_set.process_set_id, what)
     if error:
-        # Imports TensorFlow (callers have it): the collectives' error type, raised for them.
-        from ..collectives._local_errors import InvalidArgumentError
+        from .invalid_argument import InvalidArgumentError  # imports TensorFlow (callers have)
         raise InvalidArgumentError(error)
     return process_set.process_set_id
 

@@ -6,7 +6,9 @@ registers it (``keras.saving.register_keras_serializable``). ``import kerashvd``
 neither Keras nor those modules, so in a fresh process they are registered by:
 
 - ``kerashvd.load_model`` (imports them before loading);
-- ``kerashvd.init()``, when the Keras that ``tf.keras`` uses is imported already;
+- ``kerashvd.init()``, when the Keras that ``tf.keras`` uses is imported already (the package
+  adds :func:`register_if_keras_imported` to ``init()``: the runtime does not import this
+  layer);
 - any use of ``kerashvd.DistributedOptimizer`` or ``kerashvd.SyncBatchNormalization``;
 - :func:`register` itself.
 

@@ -46,7 +46,7 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
                                 gradient_predivide_factor=1.0, op=Average,
                                 backward_passes_per_step=1, average_aggregated_gradients=False,
                                 groups=None, local_layers=None, scale_local_gradients=True,
-                                process_set=None):
+                                process_set=None, bucket_cap_mb=None):
     """A :class:`kerashvd.DistributedOptimizer` that leaves ``local_layers`` rank-local.
 
     Arguments are those of ``DistributedOptimizer`` (Horovod's order), plus:
@@ -79,7 +79,8 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
         backward_passes_per_step=backward_passes_per_step, op=op,
         gradient_predivide_factor=gradient_predivide_factor,
         average_aggregated_gradients=average_aggregated_gradients, groups=groups,
-        scale_local_gradients=scale_local_gradients, process_set=process_set)
+        scale_local_gradients=scale_local_gradients, process_set=process_set,
+        bucket_cap_mb=bucket_cap_mb)
     for layer in layers:
         distributed._reducer.register_local_layer(layer)
     return distributed
@@ -89,7 +90,7 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", 
                                    compression=Compression.none, sparse_as_dense=False,
                                    op=Average, gradient_predivide_factor=1.0, num_groups=0,
                                    groups=None, local_layers=None, scale_local_gradients=True,
-                                   name=None, process_set=None):
+                                   name=None, process_set=None, bucket_cap_mb=None):
     """A :class:`kerashvd.DistributedGradientTape` that leaves ``local_layers`` rank-local.
 
     Arguments are those of ``DistributedGradientTape``, plus ``local_layers`` and
@@ -106,7 +107,7 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", 
         compression=compression, sparse_as_dense=sparse_as_dense, op=op,
         gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups,
         groups=groups, name=name, scale_local_gradients=scale_local_gradients,
-        process_set=process_set)
+        process_set=process_set, bucket_cap_mb=bucket_cap_mb)
     for layer in layers:
         tape._reducer.register_local_layer(layer)
     return tape

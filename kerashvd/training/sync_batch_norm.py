@@ -165,6 +165,7 @@ if USES_TF_KERAS:
                                   _collective_name(self.name))
 
         def get_config(self):
+            """Keras' config of the layer, without ``synchronized`` (this layer always is)."""
             return _drop_synchronized(super().get_config())
 
 else:
@@ -184,4 +185,5 @@ else:
             return global_moments(inputs, axes, False, mask, _collective_name(self.name))
 
         def get_config(self):
+            """Keras' config of the layer, without ``synchronized`` (this layer always is)."""
             return _drop_synchronized(super().get_config())

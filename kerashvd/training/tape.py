@@ -13,18 +13,20 @@ class DistributedGradientTape:
 
     Built by composition: everything but ``gradient`` (``watch``, ``jacobian``,
     ``stop_recording``, ``with`` ...) goes to the wrapped tape. The reduction is the one
-    :class:`kerashvd.DistributedOptimizer` uses: one fused allreduce per dtype (or per group),
+    :class:`kerashvd.DistributedOptimizer` uses: fused allreduces of buckets of gradients (or groups),
     ``tf.IndexedSlices`` allgathered unless ``sparse_as_dense``, None gradients kept.
 
     Args:
         tape: the ``tf.GradientTape`` that recorded the forward pass.
-        device_dense, device_sparse: accepted for Horovod compatibility; unused.
+        device_dense: accepted for Horovod compatibility; unused.
+        device_sparse: the same.
         compression: ``kerashvd.Compression.none`` (default), ``.fp16`` or ``.bf16``.
         sparse_as_dense: densify ``tf.IndexedSlices`` gradients before reducing them.
         op: ``kerashvd.Average`` (default) or ``kerashvd.Sum``.
         gradient_predivide_factor: with ``op=Average``, divide by this before the sum and
             by ``size() / factor`` after it.
-        num_groups: cut the dense gradients into this many groups (0: one per dtype).
+        num_groups: cut the dense gradients into this many groups (1: one collective per
+            dtype; default 0: buckets of ``bucket_cap_mb``).
         groups: an int (as ``num_groups``) or a list of lists of variables.
         name: prefix of the collectives' names (kerashvd extension; default
             ``"DistributedGradientTape"``). Tapes whose ``gradient()`` calls run at the same
@@ -33,6 +35,10 @@ class DistributedGradientTape:
             :meth:`register_local_source` by ``size()`` (default True, as in Horovod).
         process_set: reduce among these ranks only (a registered ``kerashvd.ProcessSet``;
             default all); outside it ``gradient()`` returns the local gradients.
+        bucket_cap_mb: MiB per bucket of consecutive gradients, each one collective that
+            starts once backprop has produced its gradients (inside a ``tf.function``; see
+            ``kerashvd.DistributedOptimizer``). None: ``KERASHVD_BUCKET_CAP_MB``, else 1; 0:
+            one collective per dtype.
 
     Raises:
         ValueError: for an invalid argument. ``gradient()`` raises ValueError inside an
@@ -54,14 +60,15 @@ class DistributedGradientTape:
     def __init__(self, tape, device_dense="", device_sparse="", compression=Compression.none,
                  sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
                  groups=None, name=None, scale_local_gradients=True,
-                 process_set=global_process_set):
+                 process_set=global_process_set, bucket_cap_mb=None):
         if not isinstance(tape, tf.GradientTape):
             raise TypeError("DistributedGradientTape wraps a tf.GradientTape; received "
                             f"{type(tape).__name__}")
         self._tape = tape
         self._reducer = GradientReducer(name or "DistributedGradientTape", compression,
                                         sparse_as_dense, op, gradient_predivide_factor,
-                                        num_groups, groups, scale_local_gradients, process_set)
+                                        num_groups, groups, scale_local_gradients, process_set,
+                                        bucket_cap_mb)
 
     def register_local_source(self, source):
         """Keeps ``source``'s gradient on this rank: ``gradient()`` returns it unreduced.
@@ -101,8 +108,10 @@ class DistributedGradientTape:
         ones divided by ``size()`` when ``scale_local_gradients`` (the default).
 
         Args:
-            target, sources, output_gradients, unconnected_gradients: as for
-                :meth:`gradient`; ``sources`` is a flat list (or tuple) of variables.
+            target: as for :meth:`gradient`.
+            sources: as for :meth:`gradient`, a flat list (or tuple) of variables.
+            output_gradients: as for :meth:`gradient`.
+            unconnected_gradients: as for :meth:`gradient`.
 
         Returns:
             A pair ``(local_gradients, global_gradients)`` of lists: the gradients of the

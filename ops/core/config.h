@@ -25,8 +25,12 @@ struct Config {
   int64_t cache_capacity = 1024;
   // A collective submitted by some ranks but not all for this long is reported (0: never).
   double stall_check_seconds = 60.0;
-  // ...and after this long fails on every rank (0: never).
-  double stall_shutdown_seconds = 0.0;
+  // ...and after this long stops the engine on every rank, failing that collective and every
+  // later one with a message naming it and the missing ranks (0: never). Ten minutes: longer
+  // than the waits of healthy training (a first step's tracing, rank 0 writing a checkpoint or
+  // evaluating alone while the others wait), short enough that a stall does not hold the
+  // job's machines for hours.
+  double stall_shutdown_seconds = 600.0;
   // A negotiation that does not complete within this long means a rank stopped answering
   // (died, or its process is stuck outside kerashvd); the engine then fails on this rank.
   double peer_timeout_seconds = 30.0;

@@ -26,18 +26,44 @@ void Controller::Intake(std::deque<TensorEntry>& incoming) {
   for (TensorEntry& entry : incoming) {
     entry.request.rank = control_->rank();
     const std::string& name = entry.request.name;
-    if (pending_.count(name)) {
-      entry.done(Status::InvalidArgument(
-                     "A collective named '" + name + "' is already in flight on rank " +
-                         std::to_string(world_ranks_[control_->rank()]) +
-                         ". Concurrent collectives need distinct names: pass a unique name= "
-                         "or wait for the first one to finish."),
-                 CollectiveResult());
+    if (entry.request.op_type == OpType::kJoin) {
+      if (join_entry_) {
+        entry.done(Status::InvalidArgument(
+                       "join() is already running on rank " +
+                           std::to_string(world_ranks_[control_->rank()]) +
+                           ": call it from one thread at a time."),
+                   CollectiveResult());
+      } else {
+        join_entry_ = std::move(entry);
+        join_announced_ = false;
+      }
       continue;
     }
-    if (entry.request.op_type == OpType::kJoin) join_pending_ = true;
-    pending_.emplace(name, std::move(entry));
+    auto deficit = deficits_.find(name);
+    if (deficit != deficits_.end()) {  // a call the other ranks already failed (FailOverlap)
+      entry.done(Status::InvalidArgument(deficit->second.error), CollectiveResult());
+      if (--deficit->second.calls <= 0) deficits_.erase(deficit);
+      continue;
+    }
+    pending_[name].push_back(std::move(entry));
   }
+}
+
+void Controller::FailOverlap(const Response& response) {
+  const std::string& name = response.request.name;
+  const Status error = Status::InvalidArgument(response.error);
+  int32_t failed = 0;
+  auto it = pending_.find(name);
+  if (it != pending_.end()) {
+    for (TensorEntry& entry : it->second) {
+      entry.done(error, CollectiveResult());
+      ++failed;
+    }
+    pending_.erase(it);
+  }
+  announced_.erase(name);
+  if (failed < response.overlap_calls && !join_entry_)
+    deficits_[name] = Deficit{response.overlap_calls - failed, response.error};
 }
 
 Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requested,
@@ -54,8 +80,15 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   std::vector<uint64_t> words(oop_offset + width, 0);
   std::vector<uint64_t> out_of_place(width, 0);
   std::vector<Request> uncached;
-  for (auto& [name, entry] : pending_) {
+  for (auto& [name, queue] : pending_) {
+    if (queue.size() > 1) {  // an overlap: no rank may pair these (see "Overlapping calls")
+      Request report = queue.front().request;
+      report.in_flight = static_cast<int32_t>(queue.size());
+      uncached.push_back(std::move(report));
+      continue;
+    }
     if (announced_.count(name)) continue;
+    const TensorEntry& entry = queue.front();
     int32_t slot = entry.request.Cacheable() ? cache_.Find(name) : -1;
     if (slot >= 0 && cache_.Matches(slot, entry.request)) {
       SetBit(words, 0, slot);
@@ -66,10 +99,14 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
       announced_[name] = true;
     }
   }
+  if (join_entry_ && !join_announced_) {
+    uncached.push_back(join_entry_->request);
+    join_announced_ = true;
+  }
   // A rank inside join() is ready for every cached allreduce (it contributes the op's
   // identity), but not for other cached collectives: those stay partial, are evicted, and
   // reach the coordinator, which refuses them naming the joined ranks (coordinator.h).
-  if (join_pending_)
+  if (join_entry_)
     for (int32_t s = 0; s < slots; ++s)
       if (!cache_.Occupied(s) || Coordinator::RunsUnderJoin(cache_.Get(s).op_type))
         SetBit(words, 0, s);
@@ -78,7 +115,8 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   if (membership_) {
     for (int32_t s = 0; s < slots; ++s)
       if (cache_.Occupied(s) && !Takes(cache_.Get(s))) SetBit(words, 0, s);
-    for (const auto& [name, entry] : pending_) set_work = set_work || entry.request.process_set != 0;
+    for (const auto& [name, queue] : pending_)
+      set_work = set_work || queue.front().request.process_set != 0;
   }
   uint64_t flags = 0;
   if (set_work) flags |= kSetWorkPending;
@@ -152,25 +190,21 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
 
   for (Response& r : work) {
     if (r.kind != Response::Kind::kJoinDone && !Takes(r.request)) continue;  // another set's
+    if (r.kind == Response::Kind::kOverlap) {
+      FailOverlap(r);
+      continue;
+    }
     WorkItem item;
-    const std::string& name = r.request.name;
     if (r.kind == Response::Kind::kJoinDone) {
-      join_pending_ = false;
-      auto it = pending_.find(r.request.name);
-      // The join entry's name is chosen by the caller; find it by type.
-      for (it = pending_.begin(); it != pending_.end(); ++it)
-        if (it->second.request.op_type == OpType::kJoin) break;
-      if (it != pending_.end()) {
-        item.entry = std::move(it->second);
-        announced_.erase(it->first);
-        pending_.erase(it);
-      }
+      item.entry = std::move(join_entry_);
+      join_entry_.reset();
     } else {
-      auto it = pending_.find(name);
+      auto it = pending_.find(r.request.name);
       if (it != pending_.end()) {
-        item.entry = std::move(it->second);
-        pending_.erase(it);
-        announced_.erase(name);
+        item.entry = std::move(it->second.front());
+        it->second.pop_front();
+        if (it->second.empty()) pending_.erase(it);
+        announced_.erase(r.request.name);
       }
     }
     item.response = std::move(r);
@@ -179,7 +213,7 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   }
   bool any_bit = false;
   for (uint64_t w : any) any_bit = any_bit || w != 0;
-  out->quiet = out->work.empty() && pending_.empty() && !any_bit &&
+  out->quiet = out->work.empty() && !has_pending() && !any_bit &&
                !(flags & (kHasUncached | kCoordinatorBroadcast));
   out->set_work_pending = (flags & kSetWorkPending) != 0;
   return Status::Ok();
@@ -187,7 +221,10 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
 
 std::vector<TensorEntry> Controller::TakePending() {
   std::vector<TensorEntry> out;
-  for (auto& [name, entry] : pending_) out.push_back(std::move(entry));
+  for (auto& [name, queue] : pending_)
+    for (TensorEntry& entry : queue) out.push_back(std::move(entry));
+  if (join_entry_) out.push_back(std::move(*join_entry_));
+  join_entry_.reset();
   pending_.clear();
   announced_.clear();
   return out;

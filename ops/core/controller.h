@@ -5,12 +5,12 @@
 // tensor get an error instead of a hang.
 //
 // One cycle, on every rank:
-//   1. Take newly submitted entries into `pending_` (a name already pending on this rank fails
-//      at once: concurrent collectives need distinct names).
-//   2. For each pending entry not yet announced: if the response cache holds its name with the
-//      same signature, set its slot's bit; otherwise queue its Request for full negotiation
-//      and mark it announced. A rank inside join() sets the bit of every slot but those of
-//      collectives that cannot run under join (Coordinator::RunsUnderJoin).
+//   1. Take newly submitted entries into `pending_`, a queue per name (see "Overlapping calls").
+//   2. For each name with one pending entry not yet announced: if the response cache holds its
+//      name with the same signature, set its slot's bit; otherwise queue its Request for full
+//      negotiation and mark it announced. A name with several pending entries sets no bit and
+//      sends an overlap report instead. A rank inside join() sets the bit of every slot but
+//      those of collectives that cannot run under join (Coordinator::RunsUnderJoin).
 //   3. One bitwise-AND allreduce of [bits | ~bits | ~flags | ~leaving | ~out-of-place bits]:
 //      yields, identically everywhere, the slots set on every rank (AND), the slots set on
 //      any rank (OR, by De Morgan), the OR of the flags (someone has uncached requests / wants
@@ -34,6 +34,24 @@
 // with a kArgumentError response instead of comparing signatures: the collective fails on
 // every rank with Status::InvalidArgument naming the tensor, the failed rank(s) and their
 // messages, and nothing is communicated for it. The ranks stay in step, so the job goes on.
+//
+// Overlapping calls: ranks pair collectives by name alone, so two calls of one name in flight
+// at once on a rank (two threads using one name= or one traced function, a function whose
+// graph runs the same collective twice) cannot be told apart, and each rank could pair a
+// different one of them with the other ranks' calls: wrong results without an error. So no
+// rank pairs them. A rank whose queue for a name holds k >= 2 entries sets no cache bit for
+// it and sends the coordinator an overlap report (Request::in_flight = k). In that same cycle
+// the coordinator answers with a kOverlap response for the name, with c = the largest k
+// reported (and drops whatever it held of the name), and every rank fails c calls of the
+// name: those it has pending (never more than c, since a rank's queue only grows at step 1),
+// and, when it had fewer, its next arrivals of the name up to c (Intake fails them at once,
+// without negotiation), so that a late thread's call fails too instead of waiting for
+// partners that already failed. Every rank thus consumes the same c calls, and the (c+1)-th
+// call of the name pairs across ranks again. A rank inside join() records no deficit: it
+// makes no calls of its own until the join ends. The error names the name, the ranks and
+// their counts, and the fixes. Calls of one name that never overlap on any rank are paired
+// in each rank's order, which is the program's order in one thread but not across threads:
+// that case cannot be detected, and names shared between threads must be avoided (README).
 //
 // Invariants: every rank runs the same number of cycles (each has a collective), applies the
 // same lists in the same order, and so holds the same cache and produces the same work list.
@@ -86,13 +104,15 @@ class Controller {
   Status RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requested, CycleResult* out);
   // Entries still waiting on this rank, handed over so they can be failed at shutdown.
   std::vector<TensorEntry> TakePending();
-  bool joined() const { return join_pending_; }
+  bool joined() const { return join_entry_.has_value(); }
   // Whether entries submitted on this rank still wait for other ranks.
-  bool has_pending() const { return !pending_.empty(); }
+  bool has_pending() const { return !pending_.empty() || join_entry_.has_value(); }
   const ResponseCache& cache() const { return cache_; }
 
  private:
   void Intake(std::deque<TensorEntry>& incoming);
+  // Fails this rank's calls of the name of an overlap response (see "Overlapping calls").
+  void FailOverlap(const Response& response);
   // Whether this rank takes part in `request` (always, except for another set's requests).
   bool Takes(const Request& request) const {
     return request.process_set == 0 || !membership_ ||
@@ -105,9 +125,18 @@ class Controller {
   Membership membership_;
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
-  std::map<std::string, TensorEntry> pending_;
+  // Pending entries by name, in submission order; more than one is an overlap.
+  std::map<std::string, std::deque<TensorEntry>> pending_;
   std::map<std::string, bool> announced_;
-  bool join_pending_ = false;
+  // Calls of a name still to fail on arrival after an overlap, and the error they get.
+  struct Deficit {
+    int32_t calls = 0;
+    std::string error;
+  };
+  std::map<std::string, Deficit> deficits_;
+  // This rank's join() (kept apart from pending_: a collective may be named like it).
+  std::optional<TensorEntry> join_entry_;
+  bool join_announced_ = false;
   bool coordinator_wants_broadcast_ = false;
 };
 

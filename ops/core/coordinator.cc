@@ -14,6 +14,18 @@ bool TestBit(const std::vector<uint64_t>& bits, int32_t slot) {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// Whether some ranks submitted an allgather and others an allreduce under one name.
+template <typename Pending>
+bool GathersAgainstReduces(const Pending& pending) {
+  bool gather = false, reduce = false;
+  for (size_t r = 0; r < pending.by_rank.size(); ++r) {
+    if (!pending.submitted[r]) continue;
+    gather = gather || pending.by_rank[r].op_type == OpType::kAllgather;
+    reduce = reduce || pending.by_rank[r].op_type == OpType::kAllreduce;
+  }
+  return gather && reduce;
+}
+
 // A cached slot set by some ranks but not all for this long is sent back to full negotiation.
 constexpr double kPartialEvictSeconds = 1.0;
 
@@ -48,6 +60,12 @@ void Coordinator::Ingest(const Request& request, Clock::time_point now) {
   if (request.op_type == OpType::kJoin) {
     joined_[request.rank] = true;
     last_joined_ = request.rank;  // ranks arrive in rank order within a cycle
+    return;
+  }
+  if (request.in_flight > 0) {
+    auto& report = overlaps_[request.name];
+    if (report.second.empty()) report.first = request;
+    report.second[request.rank] = request.in_flight;
     return;
   }
   // A rank sending a cached name in full means its signature changed or its slot is stale:
@@ -126,6 +144,9 @@ Response Coordinator::DecideOne(const std::string& name, const Pending& pending)
     msg << " Every rank must submit the same " << field
         << " for a tensor name. Check that each rank builds the same model and calls the same "
            "collectives in the same order with matching arguments.";
+    if (field == "collective" && GathersAgainstReduces(pending))
+      msg << " (An allreduce of sparse values, tf.IndexedSlices, runs as an allgather: pass "
+             "the same kind of tensor on every rank, or densify it, e.g. sparse_as_dense=True.)";
     response.kind = Response::Kind::kError;
     response.error = msg.str();
     return response;
@@ -211,6 +232,13 @@ ResponseList Coordinator::Decide(Clock::time_point now) {
     last_used_.erase(s);
   }
 
+  for (const auto& [name, report] : overlaps_) {
+    list.responses.push_back(OverlapResponse(report.first, report.second));
+    if (table_.erase(name))
+      arrival_order_.erase(std::find(arrival_order_.begin(), arrival_order_.end(), name));
+  }
+  overlaps_.clear();
+
   std::vector<std::string> still_waiting;
   for (const std::string& name : arrival_order_) {
     const Pending& pending = table_.at(name);
@@ -247,6 +275,33 @@ ResponseList Coordinator::Decide(Clock::time_point now) {
   return list;
 }
 
+Response Coordinator::OverlapResponse(const Request& request,
+                                      const std::map<int, int32_t>& counts) const {
+  int32_t calls = 0;
+  std::ostringstream where;
+  for (const auto& [rank, count] : counts) {
+    calls = std::max(calls, count);
+    where << (where.tellp() > 0 ? ", " : "") << "rank " << world_ranks_[rank] << " (" << count
+          << ")";
+  }
+  Response response;
+  response.kind = Response::Kind::kOverlap;
+  response.request = request;
+  response.request.in_flight = calls;
+  response.overlap_calls = calls;
+  std::ostringstream msg;
+  msg << OpTypeName(request.op_type) << " '" << request.name
+      << "' was called again while an earlier call of it was still in flight, on " << where.str()
+      << ". Ranks pair collectives by name, so overlapping calls of one name cannot be told "
+         "apart and could be paired with different calls on other ranks. Every rank fails "
+      << calls << " calls of '" << request.name
+      << "' (those in flight, then its next ones up to that number). Give each thread its own "
+         "names (name=), use one tf.function per thread (traced in that thread), or hold a "
+         "lock around the call.";
+  response.error = msg.str();
+  return response;
+}
+
 std::string Coordinator::StallReport(const std::string& name, const Pending& pending,
                                      double seconds) const {
   std::vector<int> have, missing;
@@ -275,8 +330,13 @@ bool Coordinator::CheckStalls(Clock::time_point now, int rank) {
     double age = Seconds(now - pending.first_seen);
     if (config_.stall_shutdown_seconds > 0 && age > config_.stall_shutdown_seconds &&
         fatal_error_.empty()) {
+      std::ostringstream limit;
+      limit << config_.stall_shutdown_seconds;
       fatal_error_ = StallReport(name, pending, age) +
-                     " kerashvd stopped because KERASHVD_STALL_SHUTDOWN_TIME was exceeded.";
+                     " kerashvd stopped because KERASHVD_STALL_SHUTDOWN_TIME was exceeded (" +
+                     limit.str() +
+                     " s; if a rank legitimately works alone for longer, raise it, or set 0 to "
+                     "wait for ever).";
     }
     if (config_.stall_check_seconds > 0 && age > config_.stall_check_seconds && !pending.warned) {
       pending.warned = true;

@@ -14,6 +14,10 @@
 // data for it and any result would be silently wrong. Cached signatures are no way around
 // this: a joined rank marks only the slots of allreduces as ready (controller.cc), so the
 // others time out as partial, are evicted, and come here through full negotiation.
+//
+// Overlap reports (Request::in_flight, controller.h "Overlapping calls") are answered in the
+// cycle they arrive, before anything else is decided: one kOverlap response per name, for the
+// largest count reported, and whatever the table held of that name is dropped.
 #pragma once
 
 #include <chrono>
@@ -72,6 +76,8 @@ class Coordinator {
   bool FailedRequests(const std::string& name, const Pending& pending, Response* response) const;
   int32_t AllocateSlot(ResponseList* list);
   std::string StallReport(const std::string& name, const Pending& pending, double seconds) const;
+  // The kOverlap response of a name reported by some ranks (rank -> calls in flight there).
+  Response OverlapResponse(const Request& request, const std::map<int, int32_t>& counts) const;
   // Whether rank r takes part in `request` (always, except for another set's requests).
   bool Takes(const Request& request, int r) const {
     return request.process_set == 0 || !membership_ || membership_(request.process_set, r);
@@ -83,6 +89,8 @@ class Coordinator {
   Membership membership_;
   const ResponseCache* cache_;
   std::map<std::string, Pending> table_;
+  // Overlap reports of this cycle: name -> (a report's request, rank -> calls in flight).
+  std::map<std::string, std::pair<Request, std::map<int, int32_t>>> overlaps_;
   std::vector<std::string> arrival_order_;  // deterministic response order
   std::vector<bool> joined_;
   int32_t last_joined_ = -1;

@@ -1,5 +1,6 @@
 #include "engine.h"
 
+#include <mutex>
 #include <sstream>
 
 namespace kerashvd {
@@ -51,6 +52,7 @@ Status Engine::StartTimeline(const std::string& path, int64_t max_bytes) {
 }
 
 Status Engine::Submit(TensorEntry entry) {
+  if (entry.request.op_type == OpType::kJoin) return SubmitJoin(std::move(entry));
   if (entry.process_set == 0) {
     if (entry.request.device >= 0) KERASHVD_RETURN_IF_ERROR(router_->CheckDevice(entry.request));
     return world_->Submit(std::move(entry));
@@ -69,6 +71,42 @@ Status Engine::Submit(TensorEntry entry) {
   if (!lane)  // removed since CheckCaller
     return registry_->CheckCaller(id, entry.request.name);
   return lane->Submit(std::move(entry));
+}
+
+Status Engine::SubmitJoin(TensorEntry entry) {
+  // What the lanes' joins share: how many are still running, the first error, the world's
+  // result, and the caller's callback, called once when the last one ends.
+  struct Joins {
+    std::mutex mutex;
+    size_t running = 0;
+    Status status;
+    CollectiveResult world;
+    std::function<void(const Status&, const CollectiveResult&)> done;
+    void End(const Status& s, const CollectiveResult* world_result) {
+      std::unique_lock<std::mutex> lock(mutex);
+      if (status.ok() && !s.ok()) status = s;
+      if (world_result) world = *world_result;
+      if (--running > 0) return;
+      lock.unlock();
+      done(status, world);
+    }
+  };
+  std::vector<std::shared_ptr<Lane>> sets = set_lanes_->All();
+  auto joins = std::make_shared<Joins>();
+  joins->running = 1 + sets.size();
+  joins->done = std::move(entry.done);
+  TensorEntry set_join;
+  set_join.request = entry.request;
+  entry.done = [joins](const Status& s, const CollectiveResult& r) { joins->End(s, &r); };
+  KERASHVD_RETURN_IF_ERROR(world_->Submit(std::move(entry)));
+  for (const std::shared_ptr<Lane>& lane : sets) {
+    TensorEntry join = set_join;
+    join.process_set = lane->id();
+    join.done = [joins](const Status& s, const CollectiveResult&) { joins->End(s, nullptr); };
+    Status submitted = lane->Submit(std::move(join));
+    if (!submitted.ok()) joins->End(submitted, nullptr);
+  }
+  return Status::Ok();
 }
 
 void Engine::Shutdown() {

@@ -41,6 +41,7 @@ class Engine {
 
   // Hands a collective to the lane of its process set. On error (engine stopped, unknown
   // process set, not a member) `entry.done` is not called; the caller reports the Status.
+  // A join goes to every lane of this rank (SubmitJoin).
   Status Submit(TensorEntry entry);
   // Stops every lane on every rank: the first rank to call it stops all ranks' world lanes at
   // the next cycle; anything still pending fails with Aborted.
@@ -66,6 +67,13 @@ class Engine {
  private:
   explicit Engine(const Config& config) : config_(config) {}
   void OnPeerFailure(int rank, const std::string& what);
+  // join() is global: this rank joins the world's lane and the lane of every process set it
+  // belongs to, so that it contributes the identity to the sets' allreduces too (and the
+  // sets' other collectives fail naming it), and join() completes when every lane's join has:
+  // each lane's join ends in one of its cycles on all its members at once (coordinator.h),
+  // so no member's later collective can be mistaken for one made under the join. The result
+  // is the world's (the rank that joined last).
+  Status SubmitJoin(TensorEntry entry);
 
   // Declared in the order they are built; destroyed the other way round, each part before
   // what it uses.

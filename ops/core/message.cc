@@ -20,6 +20,7 @@ void PutRequest(WireWriter& w, const Request& r) {
   w.Put<int32_t>(r.process_set);
   w.Put<uint8_t>(r.out_of_place ? 1 : 0);
   w.PutString(r.error);
+  w.Put<int32_t>(r.in_flight);
   w.Put<uint64_t>(r.shapes.size());
   for (const Shape& s : r.shapes) w.PutInts(s);
 }
@@ -30,7 +31,7 @@ bool GetRequest(WireReader& rd, Request* r) {
   if (!rd.Get(&r->rank) || !rd.GetString(&r->name) || !rd.Get(&op) || !rd.Get(&red) ||
       !rd.Get(&dt) || !rd.Get(&r->root_rank) || !rd.Get(&r->prescale) ||
       !rd.Get(&r->postscale) || !rd.Get(&r->device) || !rd.Get(&r->process_set) ||
-      !rd.Get(&out_of_place) || !rd.GetString(&r->error) ||
+      !rd.Get(&out_of_place) || !rd.GetString(&r->error) || !rd.Get(&r->in_flight) ||
       !rd.Get(&n) || n > (1u << 24))
     return false;
   r->out_of_place = out_of_place != 0;
@@ -136,6 +137,7 @@ std::string SerializeResponses(const ResponseList& list) {
     w.Put<int32_t>(r.cache_slot);
     w.Put<int32_t>(r.last_joined_rank);
     w.Put<uint8_t>(r.any_joined ? 1 : 0);
+    w.Put<int32_t>(r.overlap_calls);
   }
   return w.Take();
 }
@@ -153,7 +155,8 @@ Status ParseResponses(const std::string& bytes, ResponseList* list) {
   for (Response& r : list->responses) {
     uint8_t kind, joined;
     if (!rd.Get(&kind) || !GetRequest(rd, &r.request) || !rd.GetString(&r.error) ||
-        !rd.Get(&r.cache_slot) || !rd.Get(&r.last_joined_rank) || !rd.Get(&joined))
+        !rd.Get(&r.cache_slot) || !rd.Get(&r.last_joined_rank) || !rd.Get(&joined) ||
+        !rd.Get(&r.overlap_calls))
       return Status::Internal("corrupt response in response list");
     r.kind = static_cast<Response::Kind>(kind);
     r.any_joined = joined != 0;

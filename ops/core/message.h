@@ -37,6 +37,10 @@ struct Request {
   // Non-empty: this rank could not run the collective (its own arguments were wrong) and says
   // why; it submits no data, and the collective fails on every rank (controller.h).
   std::string error;
+  // Non-zero: this rank has this many collectives of `name` in flight at once (two threads
+  // sharing a name, or a traced function run twice at once), which no rank can pair safely;
+  // the coordinator fails the name on every rank (controller.h, "Overlapping calls").
+  int32_t in_flight = 0;
 
   // Allgather and alltoall let the first dimension differ between ranks and calls; it is then
   // not part of what the ranks must agree on.
@@ -46,7 +50,8 @@ struct Request {
   // Whether this request's signature may be remembered by the response cache.
   // A failed request always goes through full negotiation, where the coordinator sees it.
   bool Cacheable() const {
-    return op_type != OpType::kBarrier && op_type != OpType::kJoin && error.empty();
+    return op_type != OpType::kBarrier && op_type != OpType::kJoin && error.empty() &&
+           in_flight == 0;
   }
 };
 
@@ -60,14 +65,19 @@ std::string DescribeField(const Request& r, const std::string& field,
 
 struct Response {
   // kError: the ranks disagree (Status::Mismatch on every rank); kArgumentError: some rank sent
-  // a failed request (Status::InvalidArgument on every rank).
-  enum class Kind : uint8_t { kExecute = 0, kError = 1, kJoinDone = 2, kArgumentError = 3 };
+  // a failed request (Status::InvalidArgument on every rank); kOverlap: some rank had several
+  // calls of the name in flight at once, and every rank fails `overlap_calls` of them
+  // (Status::InvalidArgument; controller.h, "Overlapping calls").
+  enum class Kind : uint8_t {
+    kExecute = 0, kError = 1, kJoinDone = 2, kArgumentError = 3, kOverlap = 4
+  };
   Kind kind = Kind::kExecute;
   Request request;            // the agreed signature (from the lowest submitting rank)
   std::string error;          // kError, kArgumentError: the message every rank raises
   int32_t cache_slot = -1;    // kExecute: remember the signature in this slot (-1: do not)
   int32_t last_joined_rank = -1;  // kJoinDone
   bool any_joined = false;    // kExecute: some rank has joined and contributes no data
+  int32_t overlap_calls = 0;  // kOverlap: calls of the name each rank fails
 };
 
 struct ResponseList {

@@ -27,6 +27,13 @@ std::shared_ptr<Lane> SetLanes::Find(int id) {
   return std::shared_ptr<Lane>(it->second, it->second->lane.get());  // holds the group too
 }
 
+std::vector<std::shared_ptr<Lane>> SetLanes::All() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::shared_ptr<Lane>> out;
+  for (auto& [id, set] : lanes_) out.push_back(std::shared_ptr<Lane>(set, set->lane.get()));
+  return out;
+}
+
 void SetLanes::StopSets(const std::vector<int>& ids) {
   std::vector<std::shared_ptr<SetLane>> gone;
   {

@@ -34,6 +34,8 @@ class SetLanes : public ProcessSetRegistry::Host {
   // Set `id`'s lane, or null when this rank has none (not a member, or the set was removed).
   // The lane stays usable while the caller holds it.
   std::shared_ptr<Lane> Find(int id);
+  // Every lane of this rank's sets, each usable while the caller holds it.
+  std::vector<std::shared_ptr<Lane>> All();
   // Ends the lanes' waits early (a peer failed: each loop then stops with the abort status).
   void WakeAll();
   // Stops every lane (at shutdown; the members stop each lane together).

@@ -30,7 +30,10 @@ const std::vector<SettingInfo>& Settings() {
        &Config::stall_check_seconds, 1},
       {"stall_shutdown_seconds", "KERASHVD_STALL_SHUTDOWN_TIME", "", "--stall-shutdown-time",
        SettingKind::kNumber, 0, "seconds", 1, "seconds",
-       "time before a stalled collective fails on every rank; 0: never",
+       "time before a collective that some ranks never submit stops kerashvd on every rank "
+       "with an error naming it and the missing ranks; 0: never (a stall then waits for "
+       "ever). Raise it if rank 0 legitimately works alone for longer (e.g. saves or evaluates "
+       "for over 10 minutes while the others wait in a collective)",
        &Config::stall_shutdown_seconds, 1},
       {"peer_timeout_seconds", "KERASHVD_PEER_TIMEOUT", "", "--peer-timeout",
        SettingKind::kNumber, 2, "seconds", 1, "seconds",

@@ -1,4 +1,5 @@
-// Status: the one error type of the C++ engine (DESIGN.md, house style 5).
+// Status: the one error type of the C++ engine (one error type per layer, converted only at its
+// borders; docs/contributing.md, "Rules the code keeps").
 //
 // Every engine function that can fail returns a Status. It is converted exactly once at each
 // border: to an absl::Status in ops/tf, and to a Python exception in ops/python.

@@ -23,6 +23,7 @@ REGISTER_OP("KerashvdAllgather")
     .Attr("process_set_id: int = 0")
     .Input("tensor: T")
     .Output("gathered: T")
+    .SetIsStateful()  // see kernels.h
     .SetShapeFn(UnknownFirstDim)
     .Doc("Concatenates every rank's tensor along the first dimension, in rank order.");
 
@@ -33,6 +34,7 @@ REGISTER_OP("KerashvdGroupedAllgather")
     .Attr("process_set_id: int = 0")
     .Input("tensors: N * T")
     .Output("gathered: N * T")
+    .SetIsStateful()  // see kernels.h
     .SetShapeFn(UnknownFirstDim)
     .Doc("Allgather of a list of tensors as one unit.");
 

@@ -15,6 +15,7 @@ REGISTER_OP("KerashvdAllreduce")
     .Attr("process_set_id: int = 0")
     .Input("tensor: T")
     .Output("reduced: T")
+    .SetIsStateful()  // see kernels.h
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->input(0));
       return absl::OkStatus();
@@ -31,6 +32,7 @@ REGISTER_OP("KerashvdGroupedAllreduce")
     .Attr("process_set_id: int = 0")
     .Input("tensors: N * T")
     .Output("reduced: N * T")
+    .SetIsStateful()  // see kernels.h
     .SetShapeFn([](InferenceContext* c) {
       for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
       return absl::OkStatus();

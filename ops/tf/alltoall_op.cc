@@ -17,6 +17,7 @@ REGISTER_OP("KerashvdAlltoall")
     .Input("splits: Tsplits")
     .Output("received: T")
     .Output("received_splits: int64")
+    .SetIsStateful()  // see kernels.h
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle out;
       TF_RETURN_IF_ERROR(c->ReplaceDim(c->input(0), 0, c->UnknownDim(), &out));

@@ -13,6 +13,7 @@ REGISTER_OP("KerashvdBroadcast")
     .Attr("process_set_id: int = 0")
     .Input("tensor: T")
     .Output("broadcast: T")
+    .SetIsStateful()  // see kernels.h
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->input(0));
       return absl::OkStatus();
@@ -27,6 +28,7 @@ REGISTER_OP("KerashvdGroupedBroadcast")
     .Attr("process_set_id: int = 0")
     .Input("tensors: N * T")
     .Output("broadcast: N * T")
+    .SetIsStateful()  // see kernels.h
     .SetShapeFn([](InferenceContext* c) {
       for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
       return absl::OkStatus();

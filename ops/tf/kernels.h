@@ -1,5 +1,16 @@
 // The kernel class of every kerashvd op. The op files register them on the CPU; a build with
 // a GPU backend also registers them on the GPU (ops/tf/gpu), which is why they live in a header.
+//
+// Every collective op is registered stateful: its result is not a function of its inputs
+// alone, and TensorFlow treats ops that are not stateful as pure. It evaluates such an op once
+// at graph optimization when its inputs are constants (an allgather of tf.shape(x) of a
+// statically shaped x), and then serves the result of that first run for ever, on one rank
+// while another rank runs it for real; it prunes one whose result is unused, on one rank only.
+// Either way the ranks stop meeting. Being stateful, the collectives are also the kind of op
+// tf.function orders in program order (automatic control dependencies): each would wait for
+// the previous one to finish, one collective at a time. kerashvd registers them as
+// asynchronous instead, as TensorFlow does its own collectives, so that they start as soon as
+// their inputs are ready (kerashvd/_private_api.py, register_async_collectives).
 #pragma once
 
 #include <algorithm>

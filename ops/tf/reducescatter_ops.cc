@@ -26,6 +26,7 @@ REGISTER_OP("KerashvdReducescatter")
     .Attr("process_set_id: int = 0")
     .Input("tensor: T")
     .Output("scattered: T")
+    .SetIsStateful()  // see kernels.h
     .SetShapeFn(ScatteredShape)
     .Doc("Reduces across ranks and scatters slices of the first dimension.");
 
@@ -39,6 +40,7 @@ REGISTER_OP("KerashvdGroupedReducescatter")
     .Attr("process_set_id: int = 0")
     .Input("tensors: N * T")
     .Output("scattered: N * T")
+    .SetIsStateful()  // see kernels.h
     .SetShapeFn(ScatteredShape)
     .Doc("Reducescatter of a list of tensors as one unit.");
 

@@ -11,7 +11,7 @@ state's reset callback. Training goes through ``hvd.callbacks.fit_resumable`` fr
 Usage::
 
     kerashvdrun --min-np 2 ... python train.py OUT [--epochs 3] [--steps 12] [--pace S]
-        [--commit-every N] [--hold STEP:SIZE]
+        [--commit-every N] [--hold STEP:SIZE] [--fail-at STEP]
     kerashvdrun -np 3 python train.py OUT --reference 3:0:7,2:7:36 --save OUT/ref.npz
 
 Elastic runs print JSON lines: ``{"event": "world", ...}`` (rank 0, when a world starts
@@ -22,6 +22,8 @@ final variables to OUT/final.npz. ``--reference`` trains phases of fixed sizes i
 (a smaller phase on a process set of the first ranks) and saves the end to ``--save``.
 ``--hold STEP:SIZE`` makes a world of fewer than SIZE ranks
 wait at global step STEP (checking for host updates) until hosts come, at most 120 s.
+``--fail-at STEP`` makes every rank raise ``ValueError`` after global step STEP (an error of
+the script's own).
 """
 
 import argparse
@@ -51,6 +53,7 @@ parser.add_argument("--steps", type=int, default=12, help="steps per epoch")
 parser.add_argument("--pace", type=float, default=0.0, help="seconds of sleep per step")
 parser.add_argument("--commit-every", type=int, default=1)
 parser.add_argument("--hold", default=None, help="STEP:SIZE")
+parser.add_argument("--fail-at", type=int, default=None, help="STEP")
 parser.add_argument("--reference", default=None, help="SIZE:START:STOP,... (no elastic)")
 parser.add_argument("--save", default=None)
 args = parser.parse_args()
@@ -124,6 +127,8 @@ class Report(keras.callbacks.Callback):
         step = self.state.epoch * args.steps + self.state.batch
         if rank == 0:
             emit(event="step", world=world, size=size, step=step, loss=float(logs["loss"]))
+        if step == args.fail_at:
+            raise ValueError(f"bad input at step {step}")
         if args.hold:
             hold_step, hold_size = map(int, args.hold.split(":"))
             if step == hold_step and size < hold_size:

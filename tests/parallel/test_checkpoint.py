@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -69,7 +70,7 @@ def test_atomic_save_keeps_the_old_file_when_the_writer_crashes(tmp_path):
         callbacks.atomic_save(str(final), lambda path: None)
 
 
-def test_only_rank_zero_writes_and_never_under_the_final_name(hvd, tmp_path):
+def test_only_rank_zero_writes_and_never_under_the_final_name(hvd, tmp_path, capsys):
     directory = _shared_dir(hvd, tmp_path)
     model = _model(seed=1)
     saved_to = []
@@ -83,8 +84,12 @@ def test_only_rank_zero_writes_and_never_under_the_final_name(hvd, tmp_path):
     model.save = spy_save
     x, y = _data()
     model.fit(x, y, batch_size=4, epochs=2, verbose=0, callbacks=[
-        hvd.callbacks.ModelCheckpoint(os.path.join(directory, "model-{epoch:02d}.keras"))])
+        hvd.callbacks.ModelCheckpoint(os.path.join(directory, "model-{epoch:02d}.keras"),
+                                      verbose=1)])
     hvd.barrier()
+    printed = capsys.readouterr().out
+    assert (os.path.join(directory, "model-02.keras") in printed) == (hvd.rank() == 0), printed
+    assert ".tmp-" not in printed  # the messages name the final files
 
     calls = hvd.allgather_object(len(saved_to))
     assert calls == [2] + [0] * (hvd.size() - 1)
@@ -125,6 +130,24 @@ def test_checkpoint_survives_a_crash_during_save(hvd, tmp_path):
     keras.models.load_model(path)  # still a valid checkpoint
 
 
+def test_weights_only_saves_are_atomic_and_recorded(hvd, tmp_path):
+    model = _model(seed=5)
+    path = str(tmp_path / "w-{epoch}.weights.h5")
+    callback = hvd.callbacks.ModelCheckpoint(path, save_weights_only=True)
+    callback.set_model(model)
+    saved_to = []
+    real_save_weights = model.save_weights
+    model.save_weights = lambda p, *a, **k: (saved_to.append(p), real_save_weights(p, *a, **k))
+    callback.on_epoch_end(0, {"loss": 1.0})
+    if hvd.rank() == 0:
+        assert [os.path.basename(p)[:5] for p in saved_to] == [".tmp-"]
+        ckpt = hvd.callbacks.latest_checkpoint(str(tmp_path), broadcast=False)
+        assert (os.path.basename(ckpt.path), ckpt.epoch, ckpt.iterations) == ("w-1.weights.h5", 1, None)
+        model.load_weights(ckpt.path)
+    else:
+        assert saved_to == [] and not os.listdir(tmp_path)
+
+
 def test_save_best_only_and_argument_checks(hvd, tmp_path):
     model = _model(seed=3)
     path = str(tmp_path / "best.keras")
@@ -139,6 +162,15 @@ def test_save_best_only_and_argument_checks(hvd, tmp_path):
     if hvd.rank() == 0:
         ckpt = hvd.callbacks.latest_checkpoint(str(tmp_path), broadcast=False)
         assert (ckpt.epoch, ckpt.monitor, ckpt.best) == (3, "val_loss", 0.5)
+    # A NaN or missing value is never an improvement, not even the first (whatever Keras does).
+    unsure = hvd.callbacks.ModelCheckpoint(str(tmp_path / "unsure.keras"), save_best_only=True)
+    unsure.set_model(model)
+    unsure.on_epoch_end(0, {"val_loss": float("nan")})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        unsure.on_epoch_end(1, {"loss": 1.0})
+    assert not (tmp_path / "unsure.keras").exists() and unsure.best is None
+    assert any("only with val_loss available" in str(w.message) for w in caught) == (hvd.rank() == 0)
     with pytest.raises(ValueError, match="cannot infer"):
         hvd.callbacks.ModelCheckpoint(path, monitor="val_thing", save_best_only=True)
     assert hvd.callbacks.ModelCheckpoint(path, monitor="val_auc", save_best_only=True).mode == "max"

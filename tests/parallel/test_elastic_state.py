@@ -117,6 +117,34 @@ def test_callbacks_keep_the_position_through_fit_resumable(hvd):
         hvd.elastic.CommitStateCallback(state, batches_per_commit=0)
 
 
+def test_a_commit_at_an_epochs_last_batch_resumes_at_the_next_epoch(hvd):
+    """A world that handed over right after an epoch's last batch, before the epoch's end
+    (state.batch == steps): fit_resumable starts the next epoch, and the callbacks count it
+    as that epoch, so a commit there resumes there."""
+    model = _model(hvd, 5)
+    state = hvd.elastic.KerasState(model, epoch=1, batch=STEPS)
+    state.sync()
+    x, y = _data(hvd)
+    seen = []
+
+    class Record(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append((state.epoch, state.batch))
+
+    callbacks = [hvd.elastic.UpdateEpochStateCallback(state),
+                 hvd.elastic.UpdateBatchStateCallback(state),
+                 hvd.elastic.CommitStateCallback(state), Record()]
+
+    def dataset_fn(epoch, step):
+        return tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).skip(step)
+
+    hvd.callbacks.fit_resumable(model, dataset_fn, epochs=3, steps_per_epoch=STEPS,
+                                initial_epoch=state.epoch, initial_step=state.batch,
+                                callbacks=callbacks, verbose=0)
+    assert seen == [(2, 1), (2, 2), (2, 3), (2, 4)]
+    assert (state.epoch, state.batch) == (3, 0)
+
+
 def test_object_state_and_host_checks_without_a_launcher(hvd):
     state = hvd.elastic.ObjectState(epoch=hvd.rank(), names=["a"])
     state.sync()

@@ -37,6 +37,55 @@ def test_join_with_ranks_leaving_at_different_times(hvd, op, dtype):
                                        rtol=1e-6, err_msg=f"step {step}")
 
 
+def test_unnamed_collectives_around_join(hvd):
+    """Rank r runs r + 1 unnamed allreduces (and a traced function's), then joins: the ranks
+    that joined early skipped the others' unnamed calls, yet afterwards every rank's unnamed
+    collectives pair again (join() restarts the eager counters on every rank), as in Horovod."""
+    n, r = hvd.size(), hvd.rank()
+
+    @tf.function
+    def traced(x):
+        return hvd.allreduce(x, op=hvd.Sum)
+
+    eager, in_function = [], []
+    for step in range(r + 1):
+        eager.append(hvd.allreduce(tf.constant([float(r + 1), step]), op=hvd.Sum))
+        in_function.append(traced(tf.constant([float(r + 1)])))
+    assert hvd.join() == n - 1
+    for step, (got, got_traced) in enumerate(zip(eager, in_function)):
+        active = range(step, n)  # the ranks still working at this step
+        np.testing.assert_array_equal(got.numpy(), [sum(q + 1.0 for q in active), step * len(active)])
+        np.testing.assert_array_equal(got_traced.numpy(), [sum(q + 1.0 for q in active)])
+    for _ in range(2):
+        np.testing.assert_array_equal(hvd.allreduce(tf.constant([1.0]), op=hvd.Sum).numpy(), [n])
+        np.testing.assert_array_equal(traced(tf.constant([2.0])).numpy(), [2.0 * n])
+        np.testing.assert_array_equal(hvd.allgather(tf.constant([r])).numpy(), list(range(n)))
+        hvd.barrier()
+
+
+def test_collectives_of_constants_run_every_time(hvd):
+    """A traced function whose collective reduces a constant (or tf.shape of a statically
+    shaped tensor): TensorFlow must run it at every call, never fold it into the constant of
+    its first run. Here the last rank joins before the second call, so the sum changes."""
+    n, r = hvd.size(), hvd.rank()
+
+    @tf.function
+    def count():
+        return hvd.allreduce(tf.constant(1.0), op=hvd.Sum, name="join.constant")
+
+    @tf.function
+    def rows(x):
+        return hvd.allreduce(tf.cast(tf.shape(x)[0], tf.float32), op=hvd.Sum, name="join.rows")
+
+    first = (float(count()), float(rows(tf.ones([3]))))
+    if r != n - 1:
+        second = (float(count()), float(rows(tf.ones([3]))))
+    hvd.join()
+    assert first == (n, 3.0 * n)
+    if r != n - 1:
+        assert second == (n - 1, 3.0 * (n - 1)), second
+
+
 def test_join_with_grouped_allreduce_and_allgather(hvd):
     """Joined ranks contribute zeros to grouped allreduces; an allgather fails while any rank
     has joined (it would silently miss that rank's rows), on every rank that called it."""

@@ -4,12 +4,15 @@ A joined rank contributes the identity of the reduction to an allreduce (zeros f
 Average, one for Product, the lowest value for Max, the highest for Min), so Max, Min and
 Product give the result of the ranks still working. Broadcast, allgather, alltoall and
 reducescatter cannot run with a joined rank: they fail, on every rank that called them, with
-an error naming the collective, the tensor and the joined ranks.
+an error naming the collective, the tensor and the joined ranks. join() is global: all of
+this holds in the process sets of the joined rank too.
 """
 
 import numpy as np
 import pytest
 import tensorflow as tf
+
+from _reference import WORLD
 
 
 def _values(rank, step, dtype, op):
@@ -135,3 +138,39 @@ def test_collectives_needing_every_rank_fail_under_join(hvd):
     assert again.numpy()[0] == float(last)
     gathered = hvd.allgather(tf.constant([r]), name="join.refused.after_gather")
     assert list(gathered.numpy()) == list(range(n))
+
+
+@pytest.mark.skipif(WORLD < 3, reason="a set of two ranks or more that leaves a rank out")
+def test_join_counts_in_the_joined_ranks_process_sets(hvd):
+    """Set `head` (all ranks but the last). Its last member joins at once, and so does the
+    rank outside it; the other members allreduce on the set meanwhile (the joined member
+    contributes the identity), and its allgather fails naming the joined member. After the
+    join the set needs every member again."""
+    n, r = hvd.size(), hvd.rank()
+    head = hvd.add_process_set(list(range(n - 1)))
+    joined = n - 2  # head's last member
+    got = {}
+    try:
+        if r < joined:
+            x = tf.constant([float(r + 1), -float(r + 1)])
+            for op in ("Sum", "Average", "Max", "Min"):
+                got[op] = hvd.allreduce(x, op=getattr(hvd, op), process_set=head,
+                                        name=f"join.set/{op}").numpy()
+            with pytest.raises(tf.errors.FailedPreconditionError) as info:
+                hvd.allgather(tf.constant([r]), process_set=head, name="join.set.gather")
+            got["gather"] = str(info.value)
+        hvd.join()
+        if head.included():
+            after = hvd.allreduce(tf.constant([float(r + 1)]), op=hvd.Sum, process_set=head,
+                                  name="join.set/after")
+            np.testing.assert_array_equal(after.numpy(), [sum(q + 1.0 for q in range(n - 1))])
+    finally:
+        assert hvd.remove_process_set(head)
+    if r < joined:
+        values = np.array([[q + 1.0, -(q + 1.0)] for q in range(joined)])  # the active members
+        np.testing.assert_array_equal(got["Sum"], values.sum(axis=0))
+        np.testing.assert_array_equal(got["Average"], values.sum(axis=0) / (n - 1))
+        np.testing.assert_array_equal(got["Max"], values.max(axis=0))
+        np.testing.assert_array_equal(got["Min"], values.min(axis=0))
+        assert "Cannot run allgather 'join.set.gather'" in got["gather"], got["gather"]
+        assert f"rank {joined} has joined" in got["gather"], got["gather"]

@@ -174,33 +174,121 @@ def test_one_mismatch_among_several_collectives_in_a_function(hvd):
     np.testing.assert_array_equal(c.numpy(), [n] * 5)
 
 
-@multi_rank
-def test_same_name_submitted_twice_concurrently(hvd):
-    """A second collective under a name still in flight fails on that rank alone."""
+def _overlapping_calls(hvd, call, tag):
+    """Two named threads run ``call(thread)`` at once on every rank; the last rank starts
+    them only once the others' calls have long been in flight (both waiting for it), so
+    every other rank holds two calls of one name at once. Returns each thread's outcome:
+    the result, or the InvalidArgumentError's message."""
     n, r = hvd.size(), hvd.rank()
-    late = n - 1  # keeps 'dup' in flight on the other ranks for a while
-    results = {}
+    late = n - 1
+    outcomes = {}
+    both = threading.Barrier(2)
 
-    def first():
-        results["first"] = hvd.allreduce(tf.constant([1.0]), op=hvd.Sum, name="dup")
-
-    if r == late:
-        time.sleep(1.5)
-    thread = threading.Thread(target=first)
-    thread.start()
-    message = None
-    if r != late:
-        time.sleep(0.3)  # the first 'dup' is now in the engine, waiting for the late rank
+    def run(thread):
+        both.wait(timeout=60)
         try:
-            hvd.allreduce(tf.constant([2.0]), op=hvd.Sum, name="dup")
+            outcomes[thread] = call(thread)
         except tf.errors.InvalidArgumentError as err:
-            message = str(err)
-    thread.join()
-    _job_goes_on(hvd, "dup")
-    assert results["first"].numpy()[0] == n
+            outcomes[thread] = str(err)
+
+    if r == late:  # told to go by the others, well after their calls started
+        hvd.allreduce(tf.constant(0.0), name=f"overlap.go/{tag}")
+    threads = [threading.Thread(target=run, args=(t,), name=f"kerashvd.test.overlap.{t}")
+               for t in range(2)]
+    for t in threads:
+        t.start()
     if r != late:
-        assert message is not None, "the second 'dup' did not fail"
-        assert f"A collective named 'dup' is already in flight on rank {r}" in message
+        time.sleep(2.0)  # both threads' calls are in the engine now, waiting for the last rank
+        hvd.allreduce(tf.constant(0.0), name=f"overlap.go/{tag}")
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a call hangs"
+    return outcomes
+
+
+@multi_rank
+@pytest.mark.parametrize("shared", ["name", "tf.function"])
+def test_one_name_in_flight_twice_fails_on_every_rank(hvd, shared):
+    """Two threads use one name= (or one traced function, whose collective has one name) at
+    once. No rank can tell which of another rank's calls goes with which of its own, so none
+    pairs them: all calls fail on every rank, the late rank's as they arrive, naming the name
+    and the fix. Then the name works again."""
+    n, r = hvd.size(), hvd.rank()
+    name = "overlap.explicit"
+
+    @tf.function
+    def step(x):
+        return hvd.allreduce(x, op=hvd.Sum)
+
+    def call(thread, value=None):
+        x = tf.constant(100.0 * (thread + 1) + r if value is None else value)
+        return float(step(x) if shared == "tf.function" else hvd.allreduce(x, op=hvd.Sum, name=name))
+
+    call(0, value=1.0)  # traced in the main thread (its name is the same on every rank)
+    outcomes = _overlapping_calls(hvd, call, shared)
+    assert sorted(outcomes) == [0, 1], outcomes
+    key = name if shared == "name" else "step.noname.0"
+    for thread, outcome in outcomes.items():
+        assert isinstance(outcome, str), f"thread {thread} got {outcome} instead of an error"
+        assert f"allreduce '{key}' was called again while an earlier call" in outcome, outcome
+        assert "Give each thread its own names" in outcome, outcome
+    # Every rank failed the same two calls, so the next ones pair again.
+    assert call(0, value=1.0) == n
+    assert call(0, value=float(r)) == n * (n - 1) / 2
+
+
+@multi_rank
+@pytest.mark.parametrize("where", ["eager", "tf.function"])
+@pytest.mark.parametrize("call", ["allreduce", "grouped_allreduce"])
+def test_indexed_slices_on_one_rank_dense_on_the_others(hvd, where, call):
+    """An allreduce of tf.IndexedSlices is an allgather of their values and indices; against
+    a dense allreduce under the same name it is the mismatch error on every rank, naming both
+    kinds, not a stall. The job goes on."""
+    r, n = hvd.rank(), hvd.size()
+    name = f"mm.sparse/{call}/{where}"
+
+    def reduce(x):
+        if call == "allreduce":
+            return hvd.allreduce(x, op=hvd.Sum, name=name)
+        return hvd.grouped_allreduce([x], op=hvd.Sum, name=name)
+
+    if where == "tf.function":
+        reduce = tf.function(reduce)
+    if r == 0:
+        x = tf.IndexedSlices(tf.ones([2, 3]), tf.constant([0, 1], tf.int64),
+                             dense_shape=tf.constant([4, 3], tf.int64))
+    else:
+        x = tf.ones([4, 3])
+    msg = _mismatch_message(lambda: reduce(x))
+    _job_goes_on(hvd, f"sparse/{call}/{where}")
+    _assert_names(msg, "allgather", name, "collective", ["allgather"] + ["allreduce"] * (n - 1))
+    assert "tf.IndexedSlices" in msg, msg
+
+
+@multi_rank
+def test_indexed_slices_of_another_dtype_or_count_in_a_group(hvd):
+    """Grouped IndexedSlices that differ in number or in values dtype: the mismatch error on
+    every rank, each time, and no collective of the call is left waiting."""
+    r, n = hvd.rank(), hvd.size()
+
+    def slices(dtype):
+        return tf.IndexedSlices(tf.ones([1, 2], dtype), tf.constant([r], tf.int64),
+                                dense_shape=tf.constant([4, 2], tf.int64))
+
+    first = [slices(tf.float32), slices(tf.float64)]
+    cases = {
+        "count": (first, [slices(tf.float32)], "number of tensors", "2", "1"),
+        "dtype": ([slices(tf.float64)], [slices(tf.float32)], "dtype", "float64", "float32"),
+        "second dtype": (first, [slices(tf.float32), slices(tf.float32)], "number of tensors",
+                         "1", "2"),
+    }
+    for case, (mine, theirs, field, value0, value) in cases.items():
+        name = f"mm.sparse.group/{case}"
+        msg = _mismatch_message(lambda: hvd.grouped_allreduce(mine if r == 0 else theirs,
+                                                              op=hvd.Sum, name=name))
+        assert f"ranks disagree on {field}:" in msg, (case, msg)
+        assert f"rank 0 {value0};" in msg and f"rank 1 {value};" in msg, (case, msg)
+    _job_goes_on(hvd, "sparse.group")
 
 
 # --- wrong arguments: local errors, no collective is started --------------------------------

@@ -187,9 +187,11 @@ def _apply_once(hvd, **kwargs):
     {"num_groups": 9},
     {"groups": 3},
     {"groups": lambda v: [[v[0], v[2]], [v[3], v[1]]]},  # mixed dtypes; v[4] alone
+    {"bucket_cap_mb": 1e-5},  # buckets of 10 bytes: every gradient alone
+    {"bucket_cap_mb": 60 / 2**20},  # buckets of both dtypes, of one or two gradients
 ])
 def test_grouping_is_bit_identical_to_one_group(hvd, grouping):
-    baseline = _apply_once(hvd, name="grp_base")
+    baseline = _apply_once(hvd, name="grp_base", bucket_cap_mb=0)
     grouped = _apply_once(hvd, name="grp", **grouping)
     for a, b in zip(baseline, grouped):
         assert a.dtype == b.dtype and np.array_equal(a, b)

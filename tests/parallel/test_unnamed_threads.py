@@ -1,12 +1,14 @@
-"""Unnamed collectives issued by several Python threads at the same time.
+"""Unnamed collectives: from several Python threads at the same time, and in traced functions.
 
-Ranks match an unnamed collective by an automatic name: a per-kind call counter. Two threads
-interleave their calls differently on each rank, so one shared counter would pair thread a's
-call on rank 0 with thread b's call on rank 1 and return wrong sums without any error. The
-counters are therefore kept per thread (the main thread's, and one per thread name for the
-others), and two live threads with the same name that issue unnamed collectives get an error
-asking for name=. So do unnamed collectives from a thread pool or from a thread
-with Python's default name (kerashvd/collectives/_names.py says why).
+Ranks match an unnamed collective by an automatic name (kerashvd/collectives/_names.py).
+Eagerly it is a call counter. Two threads interleave their calls differently on each rank, so
+one shared counter would pair thread a's call on rank 0 with thread b's call on rank 1 and
+return wrong sums without any error. The counters are therefore kept per thread (the main
+thread's, and one per thread name for the others), and two live threads with the same name
+that issue unnamed collectives get an error asking for name=. So do unnamed collectives from a
+thread pool or from a thread with Python's default name. Inside a tf.function the name is the
+function's and the call's place in its trace, so a rank that retraces (a partial last batch)
+still agrees with the others.
 """
 
 import threading
@@ -39,17 +41,24 @@ def _run_threads(targets):
     return errors
 
 
-def test_unnamed_allreduces_from_two_threads_are_correct(hvd):
+@pytest.mark.parametrize("where", ["eager", "tf.function per thread"])
+def test_unnamed_allreduces_from_two_threads_are_correct(hvd, where):
+    """Eagerly, and with a tf.function of one Python function per thread (each thread traces
+    its own): the names carry the thread's name, so the threads' calls never meet."""
     n, r = hvd.size(), hvd.rank()
     results = {}
 
+    def body(x):
+        return hvd.allreduce(x, op=hvd.Sum)
+
     def work(tag, base):
         def run():
+            reduce = body if where == "eager" else tf.function(body)
             got = []
             for i in range(CALLS):
                 # Every rank adds its rank, so each call's sum is unique to (thread, call).
                 x = tf.constant([base + i, float(r)])
-                got.append(hvd.allreduce(x, op=hvd.Sum).numpy())
+                got.append(reduce(x).numpy())
             results[tag] = got
         return run
 
@@ -174,3 +183,35 @@ def test_unnamed_collectives_from_a_default_named_thread_are_refused(hvd):
     thread.join(timeout=60)
     assert float(results[0]) == 2.0 * hvd.size()
     assert float(hvd.allreduce(tf.constant(1.0), op=hvd.Sum)) == hvd.size()
+
+
+def test_unnamed_collectives_in_a_function_that_one_rank_retraces(hvd):
+    """A custom training loop over a dataset with drop_remainder=False: rank 0's last batch is
+    partial, so only rank 0 retraces the step; the eager calls around it and the later steps
+    still pair. Nested functions and tf.cond branches name their collectives alike."""
+    n, r = hvd.size(), hvd.rank()
+
+    @tf.function
+    def inner(x):
+        return hvd.allreduce(tf.reduce_sum(x), op=hvd.Sum)
+
+    @tf.function
+    def step(x):
+        total = hvd.allreduce(tf.reduce_sum(x), op=hvd.Sum)
+        rows = hvd.allgather(tf.shape(x)[:1])
+        branch = tf.cond(total > 0, lambda: hvd.allreduce(x[:1], op=hvd.Max),
+                         lambda: hvd.allreduce(-x[:1], op=hvd.Max))
+        return total, rows, branch, inner(x)
+
+    batches = [4, 4, 3, 4] if r == 0 else [4, 4, 4, 4]
+    for i, size in enumerate(batches):
+        x = tf.ones([size]) * (r + 1)
+        total, rows, branch, nested = step(x)
+        sizes = [3 if (q == 0 and i == 2) else 4 for q in range(n)]
+        expected = sum((q + 1.0) * sizes[q] for q in range(n))
+        assert float(total) == expected and float(nested) == expected, (i, total, nested)
+        assert rows.numpy().tolist() == sizes, (i, rows)
+        assert branch.numpy().tolist() == [float(n)], (i, branch)
+        # An eager unnamed call between steps pairs too (traces do not count eagerly).
+        assert float(hvd.allreduce(tf.constant(1.0), op=hvd.Sum)) == n
+    assert step.experimental_get_tracing_count() == (2 if r == 0 else 1)

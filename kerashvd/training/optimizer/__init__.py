@@ -1,5 +1,7 @@
 """Distributed optimizers: gradients reduced across ranks before they are applied.
 
+- ``base``: what the two DistributedOptimizers share (construction, the step, delegation,
+  serialization); each Keras' class below adds only what differs.
 - ``keras3``: :class:`DistributedOptimizer` for Keras 3 (and its loss-scaling variant).
 - ``keras2``: the same for ``tf_keras`` (Keras 2, ``TF_USE_LEGACY_KERAS=1``).
 - ``select``: which of the two wraps a given optimizer (the only module that knows both).

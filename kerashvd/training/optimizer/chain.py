@@ -42,6 +42,7 @@ class ReducerSettings:
     groups = property(lambda self: self._reducer.groups)
     scale_local_gradients = property(lambda self: self._reducer.scale_local_gradients)
     process_set = property(lambda self: self._reducer.process_set)
+    bucket_cap_mb = property(lambda self: self._reducer.bucket_cap_mb)
 
     def register_local_var(self, var):
         """Keeps ``var``'s gradient on this rank: it is applied without any collective.

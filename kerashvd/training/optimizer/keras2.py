@@ -24,26 +24,16 @@ Not covered: tf_keras' legacy optimizers (``tf_keras.optimizers.legacy``); the c
 refuses them, naming the non-legacy class to use.
 """
 
-import copy
-
 import tensorflow as tf
 import tf_keras
 # tf_keras.mixed_precision.LossScaleOptimizer is the base class compile() tests for; calling it
 # builds the subclass that matches the inner optimizer.
 from tf_keras.mixed_precision import LossScaleOptimizer
 
-from ...collectives.compression import Compression
-from ...runtime.process_sets import global_process_set
-from ...collectives.reduce_ops import Average
 from ... import _private_api
-from .apply_hooks import ApplyHooks
-from .aggregation import LocalAggregator
-from . import select
-from .chain import ReducerSettings
-from .reduction import GradientReducer, check_not_xla
-from .wrapper_config import wrapper_arguments, wrapper_config
+from .base import DistributedOptimizerBase, WrapperClasses
+from .reduction import check_not_xla
 
-# Serialized names of the built-in compressions (as in keras3, without importing Keras 3).
 
 class _CallableList(list):
     """A list that also answers ``()``, as tf_keras' ``optimizer.variables`` does."""
@@ -53,7 +43,7 @@ class _CallableList(list):
 
 
 @tf_keras.saving.register_keras_serializable(package="kerashvd", name="DistributedOptimizerKeras2")
-class DistributedOptimizer(ReducerSettings, ApplyHooks, tf_keras.optimizers.Optimizer):
+class DistributedOptimizer(DistributedOptimizerBase, tf_keras.optimizers.Optimizer):
     """Averages gradients over all ranks, then applies them with the wrapped tf_keras optimizer.
 
     Args: as the Keras 3 ``kerashvd.training.optimizer.keras3.DistributedOptimizer``;
@@ -73,19 +63,10 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, tf_keras.optimizers.Opti
     >>> opt = hvd.DistributedOptimizer(tf_keras.optimizers.SGD(0.01 * hvd.size()))
     """
 
-    def __new__(cls, optimizer=None, *args, **kwargs):
-        chosen = select.class_for(optimizer, DistributedOptimizer)
-        if chosen is not DistributedOptimizer:  # a Keras 3 optimizer
-            return chosen(optimizer, *args, **kwargs)
-        if cls is DistributedOptimizer and isinstance(optimizer, LossScaleOptimizer):
-            cls = DistributedLossScaleOptimizer
-        return super().__new__(cls)
+    _HIDDEN_FROM_DIR = ("inner_optimizer", "_optimizer")
+    _LOSS_SCALE_NAME = "tf_keras.mixed_precision.LossScaleOptimizer"
 
-    def __init__(self, optimizer, name=None, device_dense="", device_sparse="",
-                 compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
-                 op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                 num_groups=0, groups=None, scale_local_gradients=True,
-                 process_set=global_process_set):
+    def _check_inner(self, optimizer):
         if isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
             raise TypeError(
                 "kerashvd.DistributedOptimizer does not wrap tf_keras' legacy optimizers "
@@ -95,28 +76,10 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, tf_keras.optimizers.Opti
             raise TypeError("The Keras 2 DistributedOptimizer wraps a tf_keras.optimizers."
                             f"Optimizer; received optimizer={optimizer!r} of type "
                             f"{type(optimizer).__name__}")
-        if isinstance(optimizer, DistributedOptimizer):
-            raise ValueError("The optimizer is already a DistributedOptimizer; wrap it once. "
-                             f"Received optimizer={optimizer.name!r}")
-        if (not isinstance(backward_passes_per_step, int) or isinstance(backward_passes_per_step, bool)
-                or backward_passes_per_step < 1):
-            raise ValueError("backward_passes_per_step must be an int >= 1; received "
-                             f"backward_passes_per_step={backward_passes_per_step!r}")
-        if name is None:
-            name = "Distributed" + type(optimizer).__name__
-        super().__init__(name=name, jit_compile=False)
-        self._optimizer = optimizer
-        self.device_dense = device_dense
-        self.device_sparse = device_sparse
-        self.backward_passes_per_step = backward_passes_per_step
-        self.average_aggregated_gradients = bool(average_aggregated_gradients)
-        self._reducer = _private_api.untracked(self, GradientReducer(
-            name, compression, sparse_as_dense, op, gradient_predivide_factor, num_groups, groups,
-            scale_local_gradients, process_set))
-        self._aggregator = _private_api.untracked(self, 
-            LocalAggregator(backward_passes_per_step, average_aggregated_gradients)
-            if backward_passes_per_step > 1 else None)
-        self._order_checked = False
+
+    def _become_optimizer(self, optimizer, name):
+        tf_keras.optimizers.Optimizer.__init__(self, name=name, jit_compile=False)
+        self._optimizer = optimizer  # as tf_keras' LossScaleOptimizer holds its inner one
 
     @property
     def inner_optimizer(self):
@@ -157,51 +120,20 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, tf_keras.optimizers.Opti
         grads, variables = (list(x) for x in zip(*grads_and_vars))
         with tf.init_scope():
             self.build(variables)
-        self._run_before_apply()
-
-        def reduce_and_apply(local_grads):
-            reduced = self._reducer.reduce(local_grads, variables)
-            pairs = [(g, v) for g, v in zip(reduced, variables) if g is not None]
-            if pairs:
-                self._optimizer.apply_gradients(pairs)
-
-        if self._aggregator is None:
-            reduce_and_apply(grads)
-        else:
-            self._aggregator(grads, reduce_and_apply)
+        self._reduce_and_apply(grads, variables)
         return self.iterations
 
-    def _check_not_wrapped_by_loss_scaling(self):
-        """Refuses ``LossScaleOptimizer(DistributedOptimizer(...))`` (see the module doc)."""
-        if self._order_checked:
-            return
-        if _private_api.wrapped_by_loss_scaling(self, LossScaleOptimizer):
-            raise ValueError(
-                "A tf_keras LossScaleOptimizer wraps this DistributedOptimizer (compile() "
-                "does so under a mixed_float16 policy), so each rank would decide alone "
-                "whether to skip a non-finite step, and ranks would stop meeting at the "
-                "allreduce. Put the loss scaling inside instead: hvd.DistributedOptimizer("
-                "tf_keras.mixed_precision.LossScaleOptimizer(optimizer)); compile() keeps it "
-                "as it is.")
-        self._order_checked = True
+    def _apply_reduced(self, grads, variables):
+        pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+        if pairs:
+            self._optimizer.apply_gradients(pairs)
 
     # -- delegation to the inner optimizer ------------------------------------------------
-    @property
-    def iterations(self):
-        return self._optimizer.iterations
-
-    @iterations.setter
+    @DistributedOptimizerBase.iterations.setter
     def iterations(self, variable):
-        # The base constructor sets its own counter; the inner optimizer's is the one used.
+        # tf_keras' model cloning sets a counter here; kept aside unused, where tf_keras' own
+        # optimizer keeps its counter.
         self._iterations = variable
-
-    @property
-    def learning_rate(self):
-        return self._optimizer.learning_rate
-
-    @learning_rate.setter
-    def learning_rate(self, learning_rate):
-        self._optimizer.learning_rate = learning_rate
 
     @property
     def variables(self):
@@ -214,14 +146,6 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, tf_keras.optimizers.Opti
         """Loads the inner optimizer's state (``.keras`` files; see :meth:`__dir__`)."""
         self._optimizer.load_own_variables(store)
 
-    def __dir__(self):
-        # tf_keras' saving finds the objects whose state it saves by walking dir(); the
-        # inner optimizer's state is already saved as this optimizer's own (variables), and
-        # walking it too would store every slot twice. Hidden, a checkpoint has the plain
-        # optimizer's layout and loads into a model compiled with the plain optimizer
-        # (tests/parallel/test_checkpoint_layout.py fails if the walk changes).
-        return [name for name in super().__dir__() if name not in ("inner_optimizer", "_optimizer")]
-
     def set_weights(self, weights):
         """Assigns ``weights`` to :attr:`variables`, in order (tf_keras' HDF5 loader calls it)."""
         variables = self.variables
@@ -231,20 +155,9 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, tf_keras.optimizers.Opti
         for variable, weight in zip(variables, weights):
             variable.assign(weight)
 
-    def finalize_variable_values(self, var_list):
-        self._optimizer.finalize_variable_values(var_list)
-
-    # -- serialization --------------------------------------------------------------------
-    def get_config(self):
-        return {**wrapper_config(self),
-                "optimizer": tf_keras.optimizers.serialize(self._optimizer)}
-
-    @classmethod
-    def from_config(cls, config, custom_objects=None):
-        config = copy.deepcopy(config)  # tf_keras' deserialize edits the inner config in place
-        inner = tf_keras.optimizers.deserialize(config.pop("optimizer"),
-                                                custom_objects=custom_objects)
-        return DistributedOptimizer(inner, **wrapper_arguments(config))
+    # -- serialization of the inner optimizer (get_config, from_config: the base's) -------
+    _serialize_inner = staticmethod(tf_keras.optimizers.serialize)
+    _deserialize_inner = staticmethod(tf_keras.optimizers.deserialize)
 
 
 @tf_keras.saving.register_keras_serializable(package="kerashvd",
@@ -269,3 +182,7 @@ class DistributedLossScaleOptimizer(DistributedOptimizer, LossScaleOptimizer):
 
     def get_unscaled_gradients(self, grads):
         return self._optimizer.get_unscaled_gradients(grads)
+
+
+DistributedOptimizer._classes = WrapperClasses(DistributedOptimizer, LossScaleOptimizer,
+                                               DistributedLossScaleOptimizer)

@@ -26,21 +26,15 @@ import keras
 import tensorflow as tf
 from keras.optimizers import LossScaleOptimizer
 
-from ...collectives.compression import Compression
-from ...runtime.process_sets import global_process_set
-from ...collectives.reduce_ops import Average
-from ... import _private_api
-from .apply_hooks import ApplyHooks
-from .aggregation import LocalAggregator
-from . import select
-from .chain import ReducerSettings, optimizer_chain
-from .reduction import GradientReducer, check_not_xla
+from .base import DistributedOptimizerBase, WrapperClasses
+from .chain import optimizer_chain
+from .reduction import check_not_xla
 from .._xla import install_auto_resolution
-from .wrapper_config import wrapper_arguments, wrapper_config
 
 _KerasOptimizer = keras.optimizers.Optimizer
 # The base class's own iterations and learning_rate, which earlier versions saved first.
 _EARLIER_PLACEHOLDERS = 2
+
 
 def _accumulation_steps(optimizer):
     for link in optimizer_chain(optimizer):
@@ -50,7 +44,7 @@ def _accumulation_steps(optimizer):
 
 
 @keras.saving.register_keras_serializable(package="kerashvd", name="DistributedOptimizer")
-class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
+class DistributedOptimizer(DistributedOptimizerBase, _KerasOptimizer):
     """An optimizer that averages gradients over all ranks before applying them.
 
     Wraps a Keras 3 optimizer (or, given a ``tf_keras`` optimizer, returns the Keras 2 adapter
@@ -63,7 +57,8 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
         name: name of the wrapper and prefix of its collectives' names (which ranks match
             them by). Default: ``"Distributed" + type(optimizer).__name__``. Give distinct
             names to optimizers that step at the same time (e.g. a GAN's two).
-        device_dense, device_sparse: accepted for Horovod compatibility; unused.
+        device_dense: accepted for Horovod compatibility; unused.
+        device_sparse: the same.
         compression: ``kerashvd.Compression.none`` (default), ``.fp16`` or ``.bf16``, applied
             to dense gradients on the wire.
         sparse_as_dense: densify ``tf.IndexedSlices`` gradients (embeddings) and allreduce
@@ -79,7 +74,8 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
         average_aggregated_gradients: with ``backward_passes_per_step > 1``, divide the
             local sum of the k gradients by k (default False: the sum, as in Horovod).
         num_groups: cut the dense gradients into this many groups, one fused collective per
-            group and dtype. Default 0: one collective per dtype.
+            group and dtype (1: one collective per dtype). Default 0: buckets of at most
+            ``bucket_cap_mb`` (below).
         groups: an int (as ``num_groups``) or a list of lists of variables, each list one
             group; variables in no list form a group each. Not serialized by ``get_config``.
         scale_local_gradients: divide the gradients of variables registered with
@@ -87,6 +83,13 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
         process_set: reduce among these ranks only (a registered ``kerashvd.ProcessSet``;
             default all). Ranks outside it apply their own gradients unreduced, as in
             Horovod. Not serialized by ``get_config``.
+        bucket_cap_mb: without ``num_groups``/``groups``, the dense gradients are reduced in
+            buckets of consecutive gradients of at most this many MiB, in the order
+            backprop produces them; each bucket's collective starts as soon as its gradients
+            exist, while backprop computes the rest (PyTorch DDP's ``bucket_cap_mb``). 0:
+            one collective per dtype, after the last gradient. Default None:
+            ``KERASHVD_BUCKET_CAP_MB`` (``kerashvdrun --bucket-cap-mb``), else 1. The
+            results are the same bits whatever the buckets.
 
     Raises:
         TypeError: when ``optimizer`` is not a Keras optimizer.
@@ -122,26 +125,13 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
     imported Keras first, or any use of ``hvd.DistributedOptimizer``).
     """
 
-    def __new__(cls, optimizer=None, *args, **kwargs):
-        chosen = select.class_for(optimizer, DistributedOptimizer)
-        if chosen is not DistributedOptimizer:  # a tf_keras optimizer
-            return chosen(optimizer, *args, **kwargs)
-        if cls is DistributedOptimizer and isinstance(optimizer, LossScaleOptimizer):
-            cls = DistributedLossScaleOptimizer
-        return super().__new__(cls)
+    _LOSS_SCALE_NAME = "keras.optimizers.LossScaleOptimizer"
 
-    def __init__(self, optimizer, name=None, device_dense="", device_sparse="",
-                 compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
-                 op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                 num_groups=0, groups=None, scale_local_gradients=True,
-                 process_set=global_process_set):
+    def _check_inner(self, optimizer):
         if not isinstance(optimizer, _KerasOptimizer):
             raise TypeError("DistributedOptimizer wraps a keras.optimizers.Optimizer (Keras 3) "
                             "or a tf_keras.optimizers.Optimizer (Keras 2); received "
                             f"optimizer={optimizer!r} of type {type(optimizer).__name__}")
-        if isinstance(optimizer, DistributedOptimizer):
-            raise ValueError("The optimizer is already a DistributedOptimizer; wrap it once. "
-                             f"Received optimizer={optimizer.name!r}")
         steps = _accumulation_steps(optimizer)
         if steps:
             raise ValueError(
@@ -150,26 +140,12 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
                 "it would communicate on every step. Create the optimizer without it and pass "
                 f"backward_passes_per_step={steps}, average_aggregated_gradients=True to "
                 "DistributedOptimizer instead.")
-        if (not isinstance(backward_passes_per_step, int) or isinstance(backward_passes_per_step, bool)
-                or backward_passes_per_step < 1):
-            raise ValueError("backward_passes_per_step must be an int >= 1; received "
-                             f"backward_passes_per_step={backward_passes_per_step!r}")
-        if name is None:
-            name = "Distributed" + type(optimizer).__name__
+
+    def _become_optimizer(self, optimizer, name):
         # Not super().__init__: for DistributedLossScaleOptimizer the next class in the MRO is
         # LossScaleOptimizer, whose constructor builds a second loss-scaling state.
         _KerasOptimizer.__init__(self, learning_rate=0.0, name=name)
         self.inner_optimizer = optimizer
-        self.device_dense = device_dense
-        self.device_sparse = device_sparse
-        self.backward_passes_per_step = backward_passes_per_step
-        self.average_aggregated_gradients = bool(average_aggregated_gradients)
-        self._reducer = GradientReducer(name, compression, sparse_as_dense, op,
-                                        gradient_predivide_factor, num_groups, groups,
-                                        scale_local_gradients, process_set)
-        self._aggregator = (LocalAggregator(backward_passes_per_step, average_aggregated_gradients)
-                            if backward_passes_per_step > 1 else None)
-        self._order_checked = False
 
     # -- the optimizer protocol -----------------------------------------------------------
     def build(self, var_list):
@@ -214,16 +190,10 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
             with keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
             self.built = True
-        self._run_before_apply()
+        self._reduce_and_apply(grads, trainable_variables)
 
-        def reduce_and_apply(local_grads):
-            reduced = self._reducer.reduce(local_grads, trainable_variables)
-            self.inner_optimizer.apply(reduced, trainable_variables)
-
-        if self._aggregator is None:
-            reduce_and_apply(grads)
-        else:
-            self._aggregator(grads, reduce_and_apply)
+    def _apply_reduced(self, grads, variables):
+        self.inner_optimizer.apply(grads, variables)
 
     @tf.autograph.experimental.do_not_convert
     def apply_gradients(self, grads_and_vars):
@@ -235,26 +205,9 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
         return self.iterations
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+        """Not supported: raises NotImplementedError (the JAX backend's path; use ``apply``)."""
         raise NotImplementedError("DistributedOptimizer runs on the TensorFlow backend, which "
                                   "has no stateless_apply; use apply()")
-
-    def _check_not_wrapped_by_loss_scaling(self):
-        """Refuses ``LossScaleOptimizer(DistributedOptimizer(...))`` (see the module doc).
-
-        The outer optimizer calls our ``apply`` from one of its methods, so its frame holds
-        ``self`` with ``inner_optimizer is self``. Checked once, at the first call or trace.
-        """
-        if self._order_checked:
-            return
-        if _private_api.wrapped_by_loss_scaling(self, LossScaleOptimizer):
-            raise ValueError(
-                "A keras.optimizers.LossScaleOptimizer wraps this DistributedOptimizer, so "
-                "each rank would decide alone whether to skip a non-finite step, and ranks "
-                "would stop meeting at the allreduce. Put the loss scaling inside instead: "
-                "hvd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(optimizer)). "
-                "compile() then keeps it as it is (mixed_float16 wraps only optimizers that "
-                "are not LossScaleOptimizers).")
-        self._order_checked = True
 
     # -- delegation to the inner optimizer ------------------------------------------------
     @property
@@ -279,63 +232,13 @@ class DistributedOptimizer(ReducerSettings, ApplyHooks, _KerasOptimizer):
             store = {str(i): store[str(i + extra)] for i in range(expected)}
         self.inner_optimizer.load_own_variables(store)
 
-    def __dir__(self):
-        """Hides ``inner_optimizer`` from attribute listings.
-
-        Keras' saving finds the objects whose state it saves by walking ``dir()``; the inner
-        optimizer's state is already saved as this optimizer's own (:attr:`variables`), and
-        walking it too would store every slot twice (a checkpoint 1.7x the plain one). With
-        it hidden, a checkpoint has the plain optimizer's layout (``optimizer/vars``) and
-        loads into a model compiled with the plain optimizer. ``tests/parallel/
-        test_checkpoint_layout.py`` fails loudly if Keras stops walking ``dir()``.
-        """
-        return [name for name in super().__dir__() if name != "inner_optimizer"]
-
-    @property
-    def learning_rate(self):
-        return self.inner_optimizer.learning_rate
-
-    @learning_rate.setter
-    def learning_rate(self, learning_rate):
-        self.inner_optimizer.learning_rate = learning_rate
-
-    @property
-    def iterations(self):
-        return self.inner_optimizer.iterations
-
-    @iterations.setter
-    def iterations(self, variable):
-        # Keras before 3.4 creates the base class's own step counter under this name; the
-        # inner optimizer's counter is the one that counts, so this one is kept aside unused.
-        self._base_iterations = variable
-
     def scale_loss(self, loss):
         """Scales the loss as the inner optimizer does (loss scaling), before gradients."""
         return self.inner_optimizer.scale_loss(loss)
 
-    def finalize_variable_values(self, var_list):
-        self.inner_optimizer.finalize_variable_values(var_list)
-
-    # -- serialization --------------------------------------------------------------------
-    def get_config(self):
-        """Returns the wrapper's arguments and the inner optimizer's serialized config.
-
-        ``groups`` given as lists of variables cannot be serialized and are left out (a
-        reloaded optimizer groups by dtype unless given ``groups`` again).
-
-        Raises:
-            ValueError: for a custom compressor, which has no serializable name.
-        """
-        return {**wrapper_config(self),
-                "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer)}
-
-    @classmethod
-    def from_config(cls, config, custom_objects=None):
-        """Rebuilds the wrapper and its inner optimizer from :meth:`get_config`'s output."""
-        config = dict(config)
-        inner = keras.saving.deserialize_keras_object(config.pop("optimizer"),
-                                                      custom_objects=custom_objects)
-        return DistributedOptimizer(inner, **wrapper_arguments(config))
+    # -- serialization of the inner optimizer (get_config, from_config: the base's) -------
+    _serialize_inner = staticmethod(keras.saving.serialize_keras_object)
+    _deserialize_inner = staticmethod(keras.saving.deserialize_keras_object)
 
 
 @keras.saving.register_keras_serializable(package="kerashvd",
@@ -357,4 +260,6 @@ class DistributedLossScaleOptimizer(DistributedOptimizer, LossScaleOptimizer):
     dynamic_growth_steps = property(lambda self: self.inner_optimizer.dynamic_growth_steps)
 
 
+DistributedOptimizer._classes = WrapperClasses(DistributedOptimizer, LossScaleOptimizer,
+                                               DistributedLossScaleOptimizer)
 install_auto_resolution()  # jit_compile="auto" resolves to False with this optimizer

@@ -11,8 +11,12 @@ TF graph names:
    their position, unless ``sparse_as_dense``, in which case they are densified first.
 3. Dense gradients are split into groups and each group into dtypes; each (group, dtype) is
    one ``grouped_allreduce``, keyed ``{prefix}.{group}.{dtype}``:
-   - default: one group, so one collective per dtype;
-   - ``num_groups=n``: the dense gradients, in order, cut into ``n`` contiguous parts;
+   - default: buckets of consecutive gradients of one dtype, in the order backprop produces
+     them (last position first), each at most ``bucket_cap_mb`` MiB (``buckets``), so that
+     each collective starts while backprop computes the other gradients; keyed
+     ``{prefix}.bucket{n}.{dtype}``. A cap of 0: one group, so one collective per dtype;
+   - ``num_groups=n``: the dense gradients, in order, cut into ``n`` contiguous parts
+     (``n=1``: one group);
    - ``groups=[[v, ...], ...]``: the listed variables' gradients go together; every variable
      not listed is a group of its own (Horovod's rule).
 4. Scaling follows Horovod: ``op=Average`` with ``gradient_predivide_factor=f`` sums
@@ -32,6 +36,8 @@ TF graph names:
 
 Grouping changes how tensors are batched on the wire, never the arithmetic: the engine sums
 every element in rank order whatever its group, so all groupings give bit-identical results.
+The collectives of a step are independent ops: the TF executor starts each once its inputs
+exist, in whatever order backprop produces them, and the engine matches them by key.
 """
 
 import tensorflow as tf
@@ -41,6 +47,8 @@ from ...collectives.compression import Compression, Compressor
 from ...runtime.process_sets import global_process_set, resolve, set_size
 from ...collectives.reduce_ops import Average, Sum, check_not_adasum, op_name
 from ...collectives._xla_guard import check_not_xla  # noqa: F401  (re-exported)
+from ...runtime import bucket_cap
+from .buckets import plan_buckets
 from .chain import ReducerSettings  # noqa: F401  (re-exported)
 
 
@@ -59,21 +67,26 @@ class GradientReducer:
         op: ``kerashvd.Average`` or ``kerashvd.Sum``.
         gradient_predivide_factor: with ``op=Average``, divide by this before the sum and by
             ``size() / factor`` after it.
-        num_groups: cut dense gradients into this many groups (0: one group).
+        num_groups: cut dense gradients into this many groups (0: buckets, see
+            ``bucket_cap_mb``).
         groups: an int (same as ``num_groups``) or a list of lists of variables.
         scale_local_gradients: divide the gradients of local variables by ``size()``.
         process_set: the ranks that reduce together (a registered ``kerashvd.ProcessSet``;
             default all).
+        bucket_cap_mb: MiB per bucket without ``num_groups``/``groups`` (None:
+            ``KERASHVD_BUCKET_CAP_MB`` or 1; 0: one bucket per dtype).
 
     Raises:
-        ValueError: for an unsupported ``op``, a bad factor, bad or conflicting groups.
+        ValueError: for an unsupported ``op``, a bad factor, bad or conflicting groups, a
+            bad bucket cap.
         NotImplementedError: for ``op=kerashvd.Adasum``.
         TypeError: for a compression that is not a ``kerashvd.Compression`` member.
     """
 
     def __init__(self, prefix, compression=Compression.none, sparse_as_dense=False, op=Average,
                  gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                 scale_local_gradients=True, process_set=global_process_set):
+                 scale_local_gradients=True, process_set=global_process_set,
+                 bucket_cap_mb=None):
         check_not_adasum(op)
         if op not in (Average, Sum):
             raise ValueError("Distributed gradients support op=kerashvd.Average or "
@@ -125,6 +138,8 @@ class GradientReducer:
         self.num_groups = num_groups
         self.groups = groups
         self.scale_local_gradients = bool(scale_local_gradients)
+        self.bucket_cap_bytes = bucket_cap.cap_bytes(bucket_cap_mb)
+        self.bucket_cap_mb = bucket_cap_mb  # as given (None: the variable's or the default)
         if process_set is None:
             process_set = global_process_set
         if not hasattr(process_set, "included"):
@@ -208,7 +223,7 @@ class GradientReducer:
                 out[index] = g  # nothing to reduce (and the engine rejects 0-element tensors)
             else:
                 dense.append(index)
-        for label, indices in self._plan(dense, variables):
+        for label, indices in self._plan(dense, variables, grads):
             by_dtype = {}
             for index in indices:
                 by_dtype.setdefault(tf.as_dtype(grads[index].dtype).name, []).append(index)
@@ -220,7 +235,7 @@ class GradientReducer:
                     out[i] = r
         return out
 
-    def _plan(self, dense, variables):
+    def _plan(self, dense, variables, grads):
         """Returns [(label, [indices])] for the dense gradients at ``dense``."""
         if self._group_of is not None:
             if variables is None or len(variables) < (max(dense) + 1 if dense else 0):
@@ -240,7 +255,14 @@ class GradientReducer:
             cuts = [(n * p) // parts for p in range(parts + 1)]
             return [(f"group{p}.", dense[cuts[p]:cuts[p + 1]]) for p in range(parts)
                     if cuts[p] < cuts[p + 1]]
-        return [("", dense)] if dense else []
+        if self.num_groups == 1 or not self.bucket_cap_bytes:
+            return [("", dense)] if dense else []
+        dtypes = [tf.as_dtype(grads[i].dtype) for i in dense]
+        sizes = [float("inf") if grads[i].shape.num_elements() is None  # a bucket of its own
+                 else grads[i].shape.num_elements() * dtype.size
+                 for i, dtype in zip(dense, dtypes)]
+        buckets = plan_buckets(dense, sizes, [d.name for d in dtypes], self.bucket_cap_bytes)
+        return [(f"bucket{n}.", bucket) for n, bucket in enumerate(buckets)]
 
     def _reduce_dense(self, tensors, name):
         if self.op == Average and self.gradient_predivide_factor != 1.0:

@@ -6,12 +6,14 @@
 
 #include "../controller.h"
 #include "fake_world.h"
-#include "harness.h"
+#include "rank_threads_test.h"
 #include "test_util.h"
 
 namespace kerashvd {
 namespace testing {
 namespace {
+
+using ControllerTest = RankThreadsTest;  // the suite of this file
 
 std::vector<int> Ranks(int n) {
   std::vector<int> ranks;
@@ -43,7 +45,7 @@ std::string Names(const CycleResult& result) {
   return out;
 }
 
-TEST(ControllerAgreesAndThenServesFromCache) {
+TEST_F(ControllerTest, ControllerAgreesAndThenServesFromCache) {
   const int n = 3;
   FakeWorld world(n);
   std::vector<std::string> first(n), second(n);
@@ -73,7 +75,7 @@ TEST(ControllerAgreesAndThenServesFromCache) {
   EXPECT_EQ(second[0], "a;b;");     // cached work comes in slot order
 }
 
-TEST(ControllerWaitsForTheLastRank) {
+TEST_F(ControllerTest, ControllerWaitsForTheLastRank) {
   FakeWorld world(2);
   std::vector<std::string> cycle1(2), cycle2(2);
   RunRanks(2, [&](int rank) {
@@ -83,7 +85,9 @@ TEST(ControllerWaitsForTheLastRank) {
     ASSERT_OK(me.Cycle(rank == 0 ? std::vector<Request>{MakeRequest("a", {4})}
                                  : std::vector<Request>{}, &out));
     cycle1[rank] = Names(out);
-    if (rank == 0) EXPECT_TRUE(me.controller.has_pending());
+    if (rank == 0) {
+      EXPECT_TRUE(me.controller.has_pending());
+    }
     CycleResult later;
     ASSERT_OK(me.Cycle(rank == 1 ? std::vector<Request>{MakeRequest("a", {4})}
                                  : std::vector<Request>{}, &later));
@@ -116,22 +120,22 @@ void ExpectMismatch(const Request& on_rank0, const Request& on_rank1, const std:
   EXPECT_CONTAINS(errors[0], "rank 1 " + value1);
 }
 
-TEST(ControllerShapeMismatchIsAnErrorOnEveryRank) {
+TEST_F(ControllerTest, ControllerShapeMismatchIsAnErrorOnEveryRank) {
   ExpectMismatch(MakeRequest("t", {2, 3}), MakeRequest("t", {3, 2}), "shape", "[2, 3]", "[3, 2]");
 }
 
-TEST(ControllerDtypeMismatchIsAnErrorOnEveryRank) {
+TEST_F(ControllerTest, ControllerDtypeMismatchIsAnErrorOnEveryRank) {
   ExpectMismatch(MakeRequest("t", {2}), MakeRequest("t", {2}, DataType::kInt32), "dtype",
                  "float32", "int32");
 }
 
-TEST(ControllerOpMismatchIsAnErrorOnEveryRank) {
+TEST_F(ControllerTest, ControllerOpMismatchIsAnErrorOnEveryRank) {
   ExpectMismatch(MakeRequest("t", {2}),
                  MakeRequest("t", {2}, DataType::kFloat32, OpType::kAllgather), "collective",
                  "allreduce", "allgather");
 }
 
-TEST(ControllerMismatchAfterCachingIsStillCaught) {
+TEST_F(ControllerTest, ControllerMismatchAfterCachingIsStillCaught) {
   // A signature that changes on one rank after it was cached: that rank sends it in full,
   // the slot is evicted everywhere, and the ranks are compared again.
   FakeWorld world(2);
@@ -158,7 +162,7 @@ TEST(ControllerMismatchAfterCachingIsStillCaught) {
   EXPECT_CONTAINS(errors[0], "disagree on shape");
 }
 
-TEST(ControllerFailedRequestFailsEveryRank) {
+TEST_F(ControllerTest, ControllerFailedRequestFailsEveryRank) {
   FakeWorld world(2);
   std::vector<Response::Kind> kinds(2);
   std::vector<std::string> errors(2);
@@ -177,20 +181,105 @@ TEST(ControllerFailedRequestFailsEveryRank) {
   EXPECT_CONTAINS(errors[0], "'x' failed on rank 1: splits must add up to 3.");
 }
 
-TEST(ControllerDuplicateNameFailsLocally) {
+TEST_F(ControllerTest, ControllerOverlappingCallsFailOnTheirRank) {
   FakeWorld world(1);
   RankUnderTest me(&world, 0, Config());
-  // Two entries with one name in one cycle, on a world of one: the second fails at once.
+  // Two entries with one name in one cycle, on a world of one: both fail, nothing runs.
   CycleResult out;
   ASSERT_OK(me.Cycle({MakeRequest("a", {1}), MakeRequest("a", {1})}, &out));
   auto done = me.completions.All();
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_TRUE(done[0].second.code() == Status::Code::kInvalidArgument);
-  EXPECT_CONTAINS(done[0].second.message(), "already in flight");
+  ASSERT_EQ(done.size(), 2u);
+  for (const auto& [name, status] : done) {
+    EXPECT_TRUE(status.code() == Status::Code::kInvalidArgument);
+    EXPECT_CONTAINS(status.message(), "allreduce 'a' was called again while an earlier call");
+    EXPECT_CONTAINS(status.message(), "rank 0 (2)");
+  }
+  EXPECT_EQ(Names(out), "");
+  EXPECT_TRUE(!me.controller.has_pending());
+  // The name works again afterwards.
+  ASSERT_OK(me.Cycle({MakeRequest("a", {1})}, &out));
   EXPECT_EQ(Names(out), "a;");
 }
 
-TEST(ControllerWorkOrderIsTheSameOnEveryRank) {
+// Runs cycles in which rank r submits submits[cycle][r] calls of "t"; returns per rank the
+// statuses of its calls in completion order ("ok" or the error) and the work it ran.
+struct OverlapRun {
+  std::vector<std::vector<std::string>> statuses;
+  std::vector<std::string> work;
+};
+OverlapRun RunOverlap(int n, const std::vector<std::vector<int>>& submits, bool cache_first) {
+  FakeWorld world(n);
+  OverlapRun run;
+  run.statuses.resize(n);
+  run.work.resize(n);
+  RunRanks(n, [&](int rank) {
+    RankUnderTest me(&world, rank, Config());
+    CycleResult out;
+    size_t skip = 0;
+    if (cache_first) {  // "t" runs once together first, so its signature is cached
+      ASSERT_OK(me.Cycle({MakeRequest("t", {2})}, &out));
+      ASSERT_EQ(Names(out), "t;");
+      out.work[0].entry->done(Status::Ok(), CollectiveResult());
+      skip = 1;
+    }
+    for (size_t cycle = 0; cycle < submits.size(); ++cycle) {
+      std::vector<Request> now(submits[cycle][rank], MakeRequest("t", {2}));
+      CycleResult result;
+      ASSERT_OK(me.Cycle(now, &result));
+      run.work[rank] += Names(result);
+      for (WorkItem& item : result.work)
+        if (item.entry) item.entry->done(Status::Ok(), CollectiveResult());  // as the executor
+    }
+    const auto all = me.completions.All();
+    for (size_t i = skip; i < all.size(); ++i)
+      run.statuses[rank].push_back(all[i].second.ok() ? "ok" : all[i].second.message());
+    EXPECT_TRUE(!me.controller.has_pending());
+  });
+  return run;
+}
+
+TEST_F(ControllerTest, ControllerOverlapFailsEveryCallOnEveryRank) {
+  // Rank 0's two calls of "t" are in flight together before rank 1 submits any: nobody can
+  // tell which of rank 1's calls belongs with which, so all four fail, rank 1's two as they
+  // arrive (one pending at the overlap, one a cycle later). Then "t" pairs again.
+  for (bool cached : {false, true}) {
+    OverlapRun run = RunOverlap(2, {{2, 0}, {0, 1}, {0, 1}, {1, 1}}, cached);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(run.statuses[r].size(), 3u);
+      EXPECT_CONTAINS(run.statuses[r][0], "allreduce 't' was called again");
+      EXPECT_CONTAINS(run.statuses[r][1], "allreduce 't' was called again");
+      EXPECT_EQ(run.statuses[r][2], "ok");
+      EXPECT_EQ(run.work[r], "t;");
+    }
+  }
+}
+
+TEST_F(ControllerTest, ControllerOverlapCountsTheMostCallsInFlight) {
+  // 3 ranks: rank 0 has 2 calls in flight, rank 1 has 3 at the same time, rank 2 none yet:
+  // every rank fails 3 calls (rank 2 all three on arrival, rank 0 its third on arrival).
+  OverlapRun run = RunOverlap(3, {{1, 3, 0}, {1, 0, 0}, {1, 0, 2}, {0, 0, 1}, {1, 1, 1}},
+                              /*cache_first=*/false);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(run.statuses[r].size(), 4u);
+    for (int i = 0; i < 3; ++i) EXPECT_CONTAINS(run.statuses[r][i], "allreduce 't' was called");
+    EXPECT_EQ(run.statuses[r][3], "ok");
+    EXPECT_EQ(run.work[r], "t;");
+  }
+}
+
+TEST_F(ControllerTest, ControllerOverlapBeatsAPartnerArrivingInTheSameCycle) {
+  // Rank 0's first call waits (announced in full); its second arrives in the very cycle that
+  // brings rank 1's first: the coordinator must not pair rank 0's first with it.
+  OverlapRun run = RunOverlap(2, {{1, 0}, {1, 1}, {0, 1}, {1, 1}}, /*cache_first=*/false);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(run.statuses[r].size(), 3u);
+    EXPECT_CONTAINS(run.statuses[r][0], "was called again");
+    EXPECT_CONTAINS(run.statuses[r][1], "was called again");
+    EXPECT_EQ(run.statuses[r][2], "ok");
+  }
+}
+
+TEST_F(ControllerTest, ControllerWorkOrderIsTheSameOnEveryRank) {
   // Ranks submit the same tensors in different orders and cycles; every rank still runs them
   // in one order (what fusion and the backend calls rely on).
   const int n = 3;
@@ -215,7 +304,7 @@ TEST(ControllerWorkOrderIsTheSameOnEveryRank) {
   EXPECT_EQ(order[0].size(), 18u);
 }
 
-TEST(ControllerShutdownStopsEveryRankAndNamesWhoAsked) {
+TEST_F(ControllerTest, ControllerShutdownStopsEveryRankAndNamesWhoAsked) {
   const int n = 3;
   FakeWorld world(n);
   std::vector<CycleResult> results(n);
@@ -231,7 +320,9 @@ TEST(ControllerShutdownStopsEveryRankAndNamesWhoAsked) {
   for (int r = 0; r < n; ++r) {
     EXPECT_TRUE(results[r].shutdown);
     EXPECT_EQ(results[r].shutdown_ranks.size(), 1u);
-    if (!results[r].shutdown_ranks.empty()) EXPECT_EQ(results[r].shutdown_ranks[0], 1);
+    if (!results[r].shutdown_ranks.empty()) {
+      EXPECT_EQ(results[r].shutdown_ranks[0], 1);
+    }
     EXPECT_TRUE(results[r].work.empty());
   }
   // The entries still pending are handed back, to be failed by the caller.
@@ -240,7 +331,7 @@ TEST(ControllerShutdownStopsEveryRankAndNamesWhoAsked) {
   EXPECT_EQ(pending[2], 0u);
 }
 
-TEST(ControllerDeadPeerIsAnAbortNotAHang) {
+TEST_F(ControllerTest, ControllerDeadPeerIsAnAbortNotAHang) {
   FakeWorld world(2);
   Status status;
   // Only rank 0 runs a cycle; rank 1 never comes.
@@ -256,7 +347,7 @@ TEST(ControllerDeadPeerIsAnAbortNotAHang) {
   EXPECT_EQ(me.controller.TakePending().size(), 1u);
 }
 
-TEST(ControllerAbortFlagEndsTheWait) {
+TEST_F(ControllerTest, ControllerAbortFlagEndsTheWait) {
   FakeWorld world(2);
   AbortFlag abort;
   RankUnderTest me(&world, 0, Config(), std::chrono::milliseconds(60000), &abort);
@@ -273,7 +364,7 @@ TEST(ControllerAbortFlagEndsTheWait) {
   EXPECT_TRUE(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
 }
 
-TEST(ControllerStallShutdownIsFatalOnEveryRank) {
+TEST_F(ControllerTest, ControllerStallShutdownIsFatalOnEveryRank) {
   FakeWorld world(2);
   std::vector<std::string> fatal(2);
   RunRanks(2, [&](int rank) {

@@ -5,12 +5,14 @@
 #include "../device_router.h"
 #include "../set_lanes.h"
 #include "fake_world.h"
-#include "harness.h"
+#include "rank_threads_test.h"
 #include "test_util.h"
 
 namespace kerashvd {
 namespace testing {
 namespace {
+
+using DeviceRouterTest = RankThreadsTest;  // the suite of this file
 
 // An executor that is only compared by address, never run.
 Executor* HostExecutor() { return reinterpret_cast<Executor*>(0x1000); }
@@ -23,7 +25,7 @@ Status Route(DeviceRouter* router, int device, int process_set, Executor** out) 
   return router->ExecutorFor(group, HostExecutor(), out);
 }
 
-TEST(DeviceRouterRunsHostGroupsOnTheHostAndAsksGroupsForGpuPlanes) {
+TEST_F(DeviceRouterTest, DeviceRouterRunsHostGroupsOnTheHostAndAsksGroupsForGpuPlanes) {
   FakeGroup world(std::make_shared<FakeWorld>(1), 0);
   Timeline timeline;
   DeviceRouter router(&world, &timeline);
@@ -43,7 +45,7 @@ TEST(DeviceRouterRunsHostGroupsOnTheHostAndAsksGroupsForGpuPlanes) {
   EXPECT_CONTAINS(Route(&router, 0, 3, &executor).message(), "process set 3 has no GPU");
 }
 
-TEST(SetLanesStartFindAndStopASetsLane) {
+TEST_F(DeviceRouterTest, SetLanesStartFindAndStopASetsLane) {
   const int n = 2;
   auto world = std::make_shared<FakeWorld>(n);
   // char, not bool: the bits of a vector<bool> share words, written by several rank threads

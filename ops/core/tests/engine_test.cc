@@ -9,12 +9,14 @@
 
 #include "../engine.h"
 #include "fake_world.h"
-#include "harness.h"
+#include "rank_threads_test.h"
 #include "test_util.h"
 
 namespace kerashvd {
 namespace testing {
 namespace {
+
+using EngineTest = RankThreadsTest;  // the suite of this file
 
 constexpr auto kWait = std::chrono::seconds(10);
 
@@ -45,6 +47,18 @@ struct EngineRank {
     *submitted = engine->Submit(std::move(entry));
     return done->get_future();
   }
+  // join(); the future gets its status and the rank that joined last.
+  std::future<std::pair<Status, int>> Join(Status* submitted) {
+    auto done = std::make_shared<std::promise<std::pair<Status, int>>>();
+    TensorEntry entry;
+    entry.request = MakeRequest("join", {}, DataType::kInt32, OpType::kJoin);
+    entry.request.shapes.clear();
+    entry.done = [done](const Status& s, const CollectiveResult& r) {
+      done->set_value({s, r.last_joined_rank});
+    };
+    *submitted = engine->Submit(std::move(entry));
+    return done->get_future();
+  }
   // The status of a collective that must complete.
   static Status Wait(std::future<Status>& pending) {
     if (pending.wait_for(kWait) != std::future_status::ready)
@@ -56,7 +70,7 @@ struct EngineRank {
   std::unique_ptr<Engine> engine;
 };
 
-TEST(EngineRunsTheWorldsAndASetsCollectives) {
+TEST_F(EngineTest, EngineRunsTheWorldsAndASetsCollectives) {
   const int n = 3;
   auto world = std::make_shared<FakeWorld>(n);
   std::vector<std::vector<float>> all(n), evens(n);
@@ -108,7 +122,55 @@ TEST(EngineRunsTheWorldsAndASetsCollectives) {
   EXPECT_CONTAINS(outsider[1], "rank 1 is not in process set 1");
 }
 
-TEST(EngineShutdownFailsPendingWorkNamingTheRank) {
+TEST_F(EngineTest, EngineJoinCoversTheRanksProcessSets) {
+  // 3 ranks, set {0, 1}. Rank 1 joins while rank 0 allreduces on the set: rank 1 contributes
+  // zeros there too. Then all join; afterwards the set's allreduce needs both members again.
+  const int n = 3;
+  auto world = std::make_shared<FakeWorld>(n);
+  std::vector<std::vector<float>> during(n), after(n);
+  std::vector<int> last(n, -1);
+  std::vector<std::string> errors(n);
+  RunRanks(n, [&](int rank) {
+    EngineRank me(world, rank);
+    ASSERT_OK(me.created);
+    int id = -1;
+    ASSERT_OK(me.engine->process_sets().Add({0, 1}, &id));
+    std::vector<float> in{1.0f + rank, 10.0f};
+    Status submitted;
+    if (rank == 0) {
+      auto pending = me.Allreduce("set.during", id, in, &during[rank], &submitted);
+      ASSERT_OK(submitted);
+      EXPECT_OK(EngineRank::Wait(pending));
+    }
+    auto joined = me.Join(&submitted);
+    ASSERT_OK(submitted);
+    if (joined.wait_for(kWait) != std::future_status::ready) {
+      errors[rank] = "join did not complete";
+      return;
+    }
+    auto [status, last_rank] = joined.get();
+    EXPECT_OK(status);
+    last[rank] = last_rank;
+    if (rank < 2) {
+      auto pending = me.Allreduce("set.after", id, in, &after[rank], &submitted);
+      ASSERT_OK(submitted);
+      EXPECT_OK(EngineRank::Wait(pending));
+    }
+    me.engine->Shutdown();
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "");
+  ASSERT_EQ(during[0].size(), 2u);
+  EXPECT_EQ(during[0][0], 1.0f);  // rank 0's own values: rank 1 joined, contributing zeros
+  EXPECT_EQ(during[0][1], 10.0f);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(after[r].size(), 2u);
+    EXPECT_EQ(after[r][0], 3.0f);  // 1 + 2: both members again
+    EXPECT_EQ(after[r][1], 20.0f);
+  }
+  for (int r = 0; r < n; ++r) EXPECT_EQ(last[r], last[0]);
+}
+
+TEST_F(EngineTest, EngineShutdownFailsPendingWorkNamingTheRank) {
   auto world = std::make_shared<FakeWorld>(2);
   std::string message;
   RunRanks(2, [&](int rank) {

@@ -1,11 +1,9 @@
 #include "fake_world.h"
 
 #include <cstring>
-#include <thread>
 
 #include "../lane_transport.h"
 #include "fake_backend.h"
-#include "harness.h"
 
 namespace kerashvd {
 namespace testing {
@@ -132,18 +130,6 @@ Status FakeControlPlane::BroadcastFromRoot(std::string* data) {
                                             "negotiation (broadcast of responses)"));
   *data = all[0];
   return Status::Ok();
-}
-
-void RunRanks(int size, const std::function<void(int rank)>& body) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r)
-    threads.emplace_back([&body, r] {
-      try {
-        body(r);
-      } catch (const AssertionFailed&) {
-      }
-    });
-  for (std::thread& t : threads) t.join();
 }
 
 }  // namespace testing

@@ -1,6 +1,6 @@
 // FakeWorld: N ranks that are threads of this process, for testing the engine's protocols
-// without MPI (in the manner of Gloo's test/base_test.h: spawn one thread per rank, give each
-// its own view of a shared in-memory transport).
+// without MPI (in the manner of Gloo's test/base_test.h: one thread per rank, started by
+// RunRanks in rank_threads_test.h, each with its own view of a shared in-memory transport).
 //
 // The one primitive is Exchange: every rank puts a string in its slot, waits until all ranks
 // have, reads every slot, and waits again until all have read (so nobody overwrites a slot
@@ -15,7 +15,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -107,10 +106,6 @@ class FakeControlPlane : public ControlPlane {
   std::chrono::milliseconds timeout_;
   const AbortFlag* abort_;
 };
-
-// Runs body(rank) on `size` threads, one per rank, and waits for all of them. An ASSERT_*
-// failing on a rank thread ends that rank's body (the failure is recorded).
-void RunRanks(int size, const std::function<void(int rank)>& body);
 
 }  // namespace testing
 }  // namespace kerashvd

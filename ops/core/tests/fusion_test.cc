@@ -3,12 +3,14 @@
 // device kind and process set; groups fill in work-list order up to the threshold; a request
 // is never split.
 #include "../fusion.h"
-#include "harness.h"
+#include "rank_threads_test.h"
 #include "test_util.h"
 
 namespace kerashvd {
 namespace testing {
 namespace {
+
+using FusionTest = RankThreadsTest;  // the suite of this file
 
 using Groups = std::vector<std::vector<size_t>>;
 
@@ -22,9 +24,9 @@ std::string Str(const Groups& groups) {
   return out;
 }
 
-TEST(FusionEmptyWorkHasNoGroups) { EXPECT_TRUE(PlanFusion({}, 1024).empty()); }
+TEST_F(FusionTest, FusionEmptyWorkHasNoGroups) { EXPECT_TRUE(PlanFusion({}, 1024).empty()); }
 
-TEST(FusionPacksAllreducesInOrderUpToThreshold) {
+TEST_F(FusionTest, FusionPacksAllreducesInOrderUpToThreshold) {
   // 4 float32 = 16 bytes each; a 40-byte threshold holds two of them.
   std::vector<WorkItem> work;
   for (int i = 0; i < 5; ++i) work.push_back(MakeWork(MakeRequest("t" + std::to_string(i), {4})));
@@ -34,7 +36,7 @@ TEST(FusionPacksAllreducesInOrderUpToThreshold) {
   EXPECT_EQ(Str(PlanFusion(work, 32)), "[0,1][2,3][4]");
 }
 
-TEST(FusionNeverSplitsALargeRequest) {
+TEST_F(FusionTest, FusionNeverSplitsALargeRequest) {
   std::vector<WorkItem> work{MakeWork(MakeRequest("big", {1000})), MakeWork(MakeRequest("s", {1}))};
   EXPECT_EQ(Str(PlanFusion(work, 16)), "[0][1]");
   // A grouped allreduce (several shapes) stays one request even above the threshold.
@@ -44,7 +46,7 @@ TEST(FusionNeverSplitsALargeRequest) {
   EXPECT_EQ(FusedBytes(grouped), 800);
 }
 
-TEST(FusionGroupClosesAtFirstRequestThatDoesNotFit) {
+TEST_F(FusionTest, FusionGroupClosesAtFirstRequestThatDoesNotFit) {
   // 16 + 32 > 40: the group of t0 closes at t1, although t2 (16 bytes) would still fit in it.
   std::vector<WorkItem> work{MakeWork(MakeRequest("t0", {4})), MakeWork(MakeRequest("t1", {8})),
                              MakeWork(MakeRequest("t2", {4}))};
@@ -52,7 +54,7 @@ TEST(FusionGroupClosesAtFirstRequestThatDoesNotFit) {
   EXPECT_EQ(Str(PlanFusion(work, 48)), "[0,1][2]");
 }
 
-TEST(FusionZeroSizedTensorsFuseFreely) {
+TEST_F(FusionTest, FusionZeroSizedTensorsFuseFreely) {
   std::vector<WorkItem> work{MakeWork(MakeRequest("a", {4})), MakeWork(MakeRequest("empty", {0, 7})),
                              MakeWork(MakeRequest("b", {4}))};
   EXPECT_EQ(FusedBytes(work[1].response.request), 0);
@@ -65,7 +67,7 @@ TEST(FusionZeroSizedTensorsFuseFreely) {
   EXPECT_EQ(Str(PlanFusion(empties, 0)), "[0,1][2]");
 }
 
-TEST(FusionSeparatesWireDtypes) {
+TEST_F(FusionTest, FusionSeparatesWireDtypes) {
   std::vector<WorkItem> work{MakeWork(MakeRequest("f32", {2})),
                              MakeWork(MakeRequest("f64", {2}, DataType::kFloat64)),
                              MakeWork(MakeRequest("f16", {2}, DataType::kFloat16)),
@@ -76,7 +78,7 @@ TEST(FusionSeparatesWireDtypes) {
   EXPECT_EQ(FusedBytes(work[2].response.request), 8);  // 2 halves as 2 float32
 }
 
-TEST(FusionSeparatesReduceOpsDevicesAndProcessSets) {
+TEST_F(FusionTest, FusionSeparatesReduceOpsDevicesAndProcessSets) {
   std::vector<WorkItem> work;
   auto add = [&](ReduceOp op, int device, int set) {
     Request r = MakeRequest("t" + std::to_string(work.size()), {2});
@@ -95,7 +97,7 @@ TEST(FusionSeparatesReduceOpsDevicesAndProcessSets) {
   EXPECT_EQ(Str(PlanFusion(work, 1 << 20)), "[0,1][2,6][3,4][5]");
 }
 
-TEST(FusionOnlyExecutableAllreducesFuse) {
+TEST_F(FusionTest, FusionOnlyExecutableAllreducesFuse) {
   std::vector<WorkItem> work{
       MakeWork(MakeRequest("ag0", {2}, DataType::kFloat32, OpType::kAllgather)),
       MakeWork(MakeRequest("ag1", {2}, DataType::kFloat32, OpType::kAllgather)),
@@ -107,7 +109,7 @@ TEST(FusionOnlyExecutableAllreducesFuse) {
   EXPECT_EQ(Str(PlanFusion(work, 1 << 20)), "[0][1][2][3,5][4]");
 }
 
-TEST(FusionIsDeterministic) {
+TEST_F(FusionTest, FusionIsDeterministic) {
   std::vector<WorkItem> work;
   for (int i = 0; i < 50; ++i) {
     Request r = MakeRequest("t" + std::to_string(i), {i % 7},
@@ -122,12 +124,14 @@ TEST(FusionIsDeterministic) {
   for (const auto& g : first)
     for (size_t k = 0; k < g.size(); ++k) {
       ++seen[g[k]];
-      if (k) EXPECT_TRUE(g[k - 1] < g[k]);
+      if (k) {
+        EXPECT_TRUE(g[k - 1] < g[k]);
+      }
     }
   for (int count : seen) EXPECT_EQ(count, 1);
 }
 
-TEST(FusionBufferGrowsAndIsReused) {
+TEST_F(FusionTest, FusionBufferGrowsAndIsReused) {
   FusionBuffer buffer;
   void* small = buffer.Reserve(10);
   ASSERT_TRUE(small != nullptr);

@@ -7,12 +7,14 @@
 #include "../lane.h"
 #include "fake_backend.h"
 #include "fake_world.h"
-#include "harness.h"
+#include "rank_threads_test.h"
 #include "test_util.h"
 
 namespace kerashvd {
 namespace testing {
 namespace {
+
+using LaneTest = RankThreadsTest;  // the suite of this file
 
 constexpr auto kWait = std::chrono::seconds(10);
 
@@ -46,7 +48,7 @@ struct LaneRank {
   std::unique_ptr<Lane> lane;
 };
 
-TEST(LaneRunsAllreducesOnEveryRank) {
+TEST_F(LaneTest, LaneRunsAllreducesOnEveryRank) {
   const int n = 3;
   FakeWorld world(n);
   std::vector<std::vector<float>> a(n), b(n);
@@ -72,7 +74,7 @@ TEST(LaneRunsAllreducesOnEveryRank) {
   }
 }
 
-TEST(LaneShutdownFailsPendingWorkNamingTheRank) {
+TEST_F(LaneTest, LaneShutdownFailsPendingWorkNamingTheRank) {
   FakeWorld world(2);
   std::string message;
   Status after;
@@ -101,7 +103,7 @@ TEST(LaneShutdownFailsPendingWorkNamingTheRank) {
   EXPECT_EQ(after.message(), message);
 }
 
-TEST(LaneAbortStopsItAndFailsWhatWaits) {
+TEST_F(LaneTest, LaneAbortStopsItAndFailsWhatWaits) {
   // Rank 1 never comes; the peer monitor (here: the test) sets the abort flag.
   FakeWorld world(2);
   LaneRank me(&world, 0);

@@ -1,14 +1,16 @@
 // The negotiation's messages (message.h): round trips through the wire format, and a corrupt
 // message is an error, never a crash.
 #include "../message.h"
-#include "harness.h"
+#include "rank_threads_test.h"
 #include "test_util.h"
 
 namespace kerashvd {
 namespace testing {
 namespace {
 
-TEST(MessageRequestsRoundTrip) {
+using MessageTest = RankThreadsTest;  // the suite of this file
+
+TEST_F(MessageTest, MessageRequestsRoundTrip) {
   Request a = MakeRequest("grad/0", {3, 4}, DataType::kBfloat16);
   a.rank = 2;
   a.prescale = 0.5;
@@ -33,7 +35,7 @@ TEST(MessageRequestsRoundTrip) {
   EXPECT_EQ(SignatureDifference(parsed[1], b), "");
 }
 
-TEST(MessageResponsesRoundTrip) {
+TEST_F(MessageTest, MessageResponsesRoundTrip) {
   ResponseList list;
   list.evict_slots = {3, 1};
   list.fatal_error = "stalled";
@@ -56,7 +58,7 @@ TEST(MessageResponsesRoundTrip) {
   EXPECT_TRUE(parsed.responses[0].any_joined);
 }
 
-TEST(MessageCorruptBytesAreAnError) {
+TEST_F(MessageTest, MessageCorruptBytesAreAnError) {
   const std::string bytes = SerializeRequests({MakeRequest("a", {1, 2})});
   std::vector<Request> parsed;
   for (size_t cut = 0; cut < bytes.size(); ++cut)
@@ -66,7 +68,7 @@ TEST(MessageCorruptBytesAreAnError) {
   EXPECT_TRUE(!ParseResponses("garbage", &list).ok());
 }
 
-TEST(MessageSignatureFields) {
+TEST_F(MessageTest, MessageSignatureFields) {
   const Request a = MakeRequest("t", {2, 3});
   EXPECT_EQ(SignatureDifference(a, MakeRequest("t", {2, 4})), "shape");
   EXPECT_EQ(SignatureDifference(a, MakeRequest("t", {2, 3}, DataType::kInt32)), "dtype");

@@ -4,11 +4,13 @@
 #include "../process_set_registry.h"
 
 #include "fake_world.h"
-#include "harness.h"
+#include "rank_threads_test.h"
 
 namespace kerashvd {
 namespace testing {
 namespace {
+
+using ProcessSetRegistryTest = RankThreadsTest;  // the suite of this file
 
 // Records what the registry asks of its owner; checks that a new set's group works.
 class RecordingHost : public ProcessSetRegistry::Host {
@@ -41,7 +43,7 @@ struct RegistryRank {
   ProcessSetRegistry registry;
 };
 
-TEST(RegistryAddAgreesAndStartsTheMembersSet) {
+TEST_F(ProcessSetRegistryTest, RegistryAddAgreesAndStartsTheMembersSet) {
   const int n = 3;
   auto world = std::make_shared<FakeWorld>(n);
   std::vector<int> ids(n, -1), view_rank(n), started(n), group_size(n);
@@ -79,7 +81,7 @@ TEST(RegistryAddAgreesAndStartsTheMembersSet) {
                              "call 'g'");
 }
 
-TEST(RegistryDisagreementIsTheSameErrorOnEveryRank) {
+TEST_F(ProcessSetRegistryTest, RegistryDisagreementIsTheSameErrorOnEveryRank) {
   const int n = 3;
   auto world = std::make_shared<FakeWorld>(n);
   std::vector<Status> statuses(n);
@@ -101,7 +103,7 @@ TEST(RegistryDisagreementIsTheSameErrorOnEveryRank) {
   EXPECT_CONTAINS(statuses[0].message(), "rank 2 called add_process_set([0, 2]);");
 }
 
-TEST(RegistryRankThatNeverCallsIsAnAbort) {
+TEST_F(ProcessSetRegistryTest, RegistryRankThatNeverCallsIsAnAbort) {
   auto world = std::make_shared<FakeWorld>(2);
   RegistryRank me(world, 0, std::chrono::milliseconds(100));
   int id = -1;
@@ -114,7 +116,7 @@ TEST(RegistryRankThatNeverCallsIsAnAbort) {
   EXPECT_CONTAINS(status.message(), "cannot register or remove process sets any more");
 }
 
-TEST(RegistryRefusesTheGlobalSetAndDuplicatesEverywhere) {
+TEST_F(ProcessSetRegistryTest, RegistryRefusesTheGlobalSetAndDuplicatesEverywhere) {
   const int n = 2;
   auto world = std::make_shared<FakeWorld>(n);
   std::vector<std::string> global(n), duplicate(n);
@@ -132,7 +134,7 @@ TEST(RegistryRefusesTheGlobalSetAndDuplicatesEverywhere) {
   }
 }
 
-TEST(RegistrySplitSetsAndRemoveThemTogether) {
+TEST_F(ProcessSetRegistryTest, RegistrySplitSetsAndRemoveThemTogether) {
   const int n = 4;
   auto world = std::make_shared<FakeWorld>(n);
   std::vector<std::vector<int>> ids(n), removed(n), stopped(n);
@@ -162,7 +164,7 @@ TEST(RegistrySplitSetsAndRemoveThemTogether) {
   }
 }
 
-TEST(RegistrySplitThatIsNoPartitionFailsEverywhere) {
+TEST_F(ProcessSetRegistryTest, RegistrySplitThatIsNoPartitionFailsEverywhere) {
   const int n = 3;
   auto world = std::make_shared<FakeWorld>(n);
   std::vector<std::string> errors(n);

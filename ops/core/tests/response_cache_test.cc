@@ -1,13 +1,15 @@
 // ResponseCache (response_cache.h): slots, signatures, the lowest free slot, trimming.
 #include "../response_cache.h"
-#include "harness.h"
+#include "rank_threads_test.h"
 #include "test_util.h"
 
 namespace kerashvd {
 namespace testing {
 namespace {
 
-TEST(CacheStartsEmpty) {
+using ResponseCacheTest = RankThreadsTest;  // the suite of this file
+
+TEST_F(ResponseCacheTest, CacheStartsEmpty) {
   ResponseCache cache(4);
   EXPECT_EQ(cache.num_slots(), 0);
   EXPECT_EQ(cache.size(), 0);
@@ -16,7 +18,7 @@ TEST(CacheStartsEmpty) {
   EXPECT_TRUE(!cache.Occupied(0));
 }
 
-TEST(CacheInsertFindMatch) {
+TEST_F(ResponseCacheTest, CacheInsertFindMatch) {
   ResponseCache cache(4);
   const Request a = MakeRequest("a", {2, 3});
   cache.Insert(0, a);
@@ -36,14 +38,14 @@ TEST(CacheInsertFindMatch) {
   EXPECT_TRUE(cache.Matches(0, moved));
 }
 
-TEST(CacheAllgatherFirstDimensionIsNotSignature) {
+TEST_F(ResponseCacheTest, CacheAllgatherFirstDimensionIsNotSignature) {
   ResponseCache cache(4);
   cache.Insert(0, MakeRequest("g", {5, 3}, DataType::kFloat32, OpType::kAllgather));
   EXPECT_TRUE(cache.Matches(0, MakeRequest("g", {7, 3}, DataType::kFloat32, OpType::kAllgather)));
   EXPECT_TRUE(!cache.Matches(0, MakeRequest("g", {7, 4}, DataType::kFloat32, OpType::kAllgather)));
 }
 
-TEST(CacheEvictFreesLowestSlotAndTrims) {
+TEST_F(ResponseCacheTest, CacheEvictFreesLowestSlotAndTrims) {
   ResponseCache cache(8);
   cache.Insert(0, MakeRequest("a", {1}));
   cache.Insert(1, MakeRequest("b", {1}));
@@ -60,7 +62,7 @@ TEST(CacheEvictFreesLowestSlotAndTrims) {
   EXPECT_EQ(cache.num_slots(), 1);
 }
 
-TEST(CacheInsertOverOccupiedSlotReplacesIt) {
+TEST_F(ResponseCacheTest, CacheInsertOverOccupiedSlotReplacesIt) {
   ResponseCache cache(2);
   cache.Insert(0, MakeRequest("a", {1}));
   cache.Insert(0, MakeRequest("b", {1}));
@@ -69,7 +71,7 @@ TEST(CacheInsertOverOccupiedSlotReplacesIt) {
   EXPECT_EQ(cache.size(), 1);
 }
 
-TEST(CacheFullHasNoFreeSlot) {
+TEST_F(ResponseCacheTest, CacheFullHasNoFreeSlot) {
   ResponseCache cache(2);
   cache.Insert(0, MakeRequest("a", {1}));
   cache.Insert(1, MakeRequest("b", {1}));
@@ -78,7 +80,7 @@ TEST(CacheFullHasNoFreeSlot) {
   EXPECT_EQ(disabled.FreeSlot(), -1);
 }
 
-TEST(CacheableRequests) {
+TEST_F(ResponseCacheTest, CacheableRequests) {
   EXPECT_TRUE(MakeRequest("a", {1}).Cacheable());
   EXPECT_TRUE(!MakeRequest("b", {}, DataType::kFloat32, OpType::kBarrier).Cacheable());
   EXPECT_TRUE(!MakeRequest("j", {}, DataType::kFloat32, OpType::kJoin).Cacheable());

@@ -16,11 +16,13 @@
 #include "../backend/shm/pair_reduce.h"
 #include "../buffer_ops.h"
 #include "../backend/shm/shm_pair.h"
-#include "harness.h"
+#include "rank_threads_test.h"
 
 namespace kerashvd {
 namespace testing {
 namespace {
+
+using ShmPairTest = RankThreadsTest;  // the suite of this file
 
 // Both ranks' pairs over one segment; the name is unlinked as MakeShmPair does.
 struct Pairs {
@@ -105,7 +107,7 @@ void CheckType(DataType dtype, const char* name) {
       for (bool in_place : {true, false}) CheckOne<T>(dtype, op, count, in_place, name);
 }
 
-TEST(ShmPairMatchesOneOperationPerElementForEveryTypeAndOp) {
+TEST_F(ShmPairTest, ShmPairMatchesOneOperationPerElementForEveryTypeAndOp) {
   CheckType<uint8_t>(DataType::kUint8, "uint8");
   CheckType<int8_t>(DataType::kInt8, "int8");
   CheckType<int32_t>(DataType::kInt32, "int32");
@@ -116,7 +118,7 @@ TEST(ShmPairMatchesOneOperationPerElementForEveryTypeAndOp) {
 
 // Spans (a fused group without its buffer) give each tensor what the fused path gives: the
 // pair's a op b over the concatenation, then ScaleCopy by the tensor's postscale.
-TEST(ShmPairSpansMatchTheFusedBufferScaledAfterwards) {
+TEST_F(ShmPairTest, ShmPairSpansMatchTheFusedBufferScaledAfterwards) {
   AbortFlag abort;
   Pairs pairs = MakePairs(&abort);
   const int64_t chunk = ShmPair::kChunkBytes / sizeof(float);
@@ -149,7 +151,7 @@ TEST(ShmPairSpansMatchTheFusedBufferScaledAfterwards) {
   }
 }
 
-TEST(ShmPairReduceFollowsNumpysNanRuleAndWraps) {
+TEST_F(ShmPairTest, ShmPairReduceFollowsNumpysNanRuleAndWraps) {
   float a[] = {1.0f, std::nanf(""), 0.0f, -0.0f, 2.0f}, b[] = {std::nanf(""), 3.0f, -0.0f, 0.0f, 1.0f};
   float out[5], copy[5];
   PairReduce(a, b, out, copy, 5, DataType::kFloat32, ReduceOp::kMax);
@@ -173,7 +175,7 @@ TEST(ShmPairReduceFollowsNumpysNanRuleAndWraps) {
   EXPECT_TRUE(!PairReducible(DataType::kFloat32, ReduceOp::kAverage));
 }
 
-TEST(ShmPairWaitEndsWithTheAbortStatus) {
+TEST_F(ShmPairTest, ShmPairWaitEndsWithTheAbortStatus) {
   AbortFlag abort;
   Pairs pairs = MakePairs(&abort);
   std::vector<float> v(1000, 1.0f);
@@ -188,7 +190,7 @@ TEST(ShmPairWaitEndsWithTheAbortStatus) {
   EXPECT_CONTAINS(s.message(), "rank 1 stopped responding");
 }
 
-TEST(ShmSegmentNameIsGoneOnceUnlinked) {
+TEST_F(ShmPairTest, ShmSegmentNameIsGoneOnceUnlinked) {
   std::unique_ptr<ShmSegment> a, b, c;
   ASSERT_OK(ShmSegment::Create(4096, &a));
   ASSERT_OK(ShmSegment::Open(a->name(), 4096, &b));

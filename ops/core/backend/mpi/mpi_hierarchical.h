@@ -20,7 +20,7 @@
 // flat allreduce's bit for bit wherever the reduction is exact (integers; Min and Max of any
 // type, mpi_reduce_ops.h) and, for floating-point sums and products, where MPI's flat
 // allreduce adds in the same order (2 nodes x 2 ranks in blocks with the mpich wheel, whose
-// reduce-scatter adds within the nodes first; tested, README "Many nodes").
+// reduce-scatter adds within the nodes first; tested, docs/benchmarks.md).
 // In kAuto, LinkModel decides for each allreduce from its size and MPI's algorithm for it.
 //
 // Allgather (any layout, nodes of different sizes too): each node's pieces are gathered to its

@@ -4,7 +4,7 @@
 // the others (the caller's business), they open it, and the creator unlinks the name as soon
 // as they have: from then on the segment has no name in /dev/shm, and the kernel frees it
 // when the last process unmaps it or exits, however it ends. Nothing is left behind for a
-// later job to find, unlike MPICH's own segments (see the "Many nodes" notes in the README).
+// later job to find, unlike MPICH's own segments (see docs/launching.md, "SLURM").
 #pragma once
 
 #include <cstdint>

@@ -9,7 +9,7 @@
 
 TensorFlow reads each once, so a default set later changes nothing. Where they are applied:
 
-- ranks started by ``kerashvdrun`` and ``kerashvd.run``: their supervisor (``_supervisor.py``)
+- ranks started by ``kerashvdrun`` and ``kerashvd.run``: their supervisor (``launcher/_supervisor.py``, which loads this file by path)
   starts each rank's command with these defaults in its environment, so they hold whatever
   the script imports first;
 - any other process: :func:`apply_unread`, at ``kerashvd.init()``, sets those TensorFlow has
