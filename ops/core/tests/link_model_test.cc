@@ -1,9 +1,9 @@
 // LinkModel (backend/mpi/link_model.h): the link time of MPICH's allreduce algorithms for each
 // placement of ranks on nodes, and the choice of hierarchical_allreduce=auto made from it.
 // The figures of docs/benchmarks.md's "Hierarchical allreduce" table: at 2 nodes x 2 ranks,
-// MPICH's reduce-scatter + allgather sends as much per node as node by node with ranks in blocks and
-// twice as much with ranks alternating between nodes; recursive doubling twice as much in both;
-// ring 1.5 times.
+// MPICH's reduce-scatter + allgather sends as much per node as node by node with ranks in blocks
+// and twice as much with ranks alternating between nodes; recursive doubling twice as much in
+// both; ring 1.5 times.
 #include <cmath>
 
 #include "../backend/mpi/link_model.h"
