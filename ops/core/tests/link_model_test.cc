@@ -7,11 +7,13 @@
 #include <cmath>
 
 #include "../backend/mpi/link_model.h"
-#include "harness.h"
+#include "rank_threads_test.h"
 
 namespace kerashvd {
 namespace testing {
 namespace {
+
+using LinkModelTest = RankThreadsTest;  // the suite of this file
 
 const std::vector<int> kBlocks2x2{0, 0, 1, 1}, kCyclic2x2{0, 1, 0, 1};
 const std::vector<int> kBlocks3x2{0, 0, 1, 1, 2, 2}, kCyclic3x2{0, 1, 2, 0, 1, 2};
@@ -39,14 +41,14 @@ bool AutoLarge(std::vector<int> node_of, FlatAlgorithm algorithm) {
   return Model(std::move(node_of), algorithm).UseHierarchical(kLarge, kLargeCount, true);
 }
 
-TEST(LinkModelNodeByNodeMovesTheLeast) {
+TEST_F(LinkModelTest, NodeByNodeMovesTheLeast) {
   EXPECT_TRUE(Near(HierarchicalLinkTime(1), 0.0));
   EXPECT_TRUE(Near(HierarchicalLinkTime(2), 1.0));
   EXPECT_TRUE(Near(HierarchicalLinkTime(3), 4.0 / 3));
   EXPECT_TRUE(Near(HierarchicalLinkTime(4), 1.5));
 }
 
-TEST(LinkModelFlatAlgorithmsAtTwoByTwo) {
+TEST_F(LinkModelTest, FlatAlgorithmsAtTwoByTwo) {
   const auto rsag = FlatAlgorithm::kReduceScatterAllgather;
   EXPECT_TRUE(Near(FlatLinkTime(rsag, kBlocks2x2), 1.0));  // halves within, quarters across
   EXPECT_TRUE(Near(FlatLinkTime(rsag, kCyclic2x2), 2.0));  // halves across
@@ -61,7 +63,7 @@ TEST(LinkModelFlatAlgorithmsAtTwoByTwo) {
   EXPECT_TRUE(FlatLinkTime(FlatAlgorithm::kUnknown, kBlocks2x2) < 0);
 }
 
-TEST(LinkModelFlatAlgorithmsOnThreeNodes) {
+TEST_F(LinkModelTest, FlatAlgorithmsOnThreeNodes) {
   // 6 ranks: ranks 0 and 2 first hand their data to 1 and 3 (within the node in blocks), the
   // 4 others run reduce-scatter + allgather: 1 <-> 3 across nodes 0-1 (S/2 both ways), 1 <-> 4
   // and 3 <-> 5 through node 2's link (S/4 twice).
@@ -71,7 +73,7 @@ TEST(LinkModelFlatAlgorithmsOnThreeNodes) {
   EXPECT_TRUE(Near(FlatLinkTime(FlatAlgorithm::kReduceScatterAllgather, {0, 1, 2}), 3.0));
 }
 
-TEST(LinkModelAutoAtTwoByTwoWithMpichDefault) {
+TEST_F(LinkModelTest, AutoAtTwoByTwoWithMpichDefault) {
   const auto mpich = FlatAlgorithm::kMpichDefault;
   EXPECT_TRUE(!AutoLarge(kBlocks2x2, mpich));  // flat already moves the least
   EXPECT_TRUE(AutoLarge(kCyclic2x2, mpich));
@@ -86,7 +88,7 @@ TEST(LinkModelAutoAtTwoByTwoWithMpichDefault) {
   EXPECT_TRUE(Near(Model(kBlocks2x2, mpich).FlatTime(kLarge, kLargeCount, false), 2.0));
 }
 
-TEST(LinkModelAutoFollowsMpisAlgorithm) {
+TEST_F(LinkModelTest, AutoFollowsMpisAlgorithm) {
   EXPECT_TRUE(AutoLarge(kBlocks2x2, FlatAlgorithm::kRecursiveDoubling));
   EXPECT_TRUE(AutoLarge(kBlocks2x2, FlatAlgorithm::kRing));
   EXPECT_TRUE(AutoLarge(kBlocks2x2, FlatAlgorithm::kTree));
@@ -97,7 +99,7 @@ TEST(LinkModelAutoFollowsMpisAlgorithm) {
   EXPECT_TRUE(!AutoLarge({0, 1}, FlatAlgorithm::kUnknown));
 }
 
-TEST(LinkModelAutoOnThreeNodesAndUnevenNodes) {
+TEST_F(LinkModelTest, AutoOnThreeNodesAndUnevenNodes) {
   const auto mpich = FlatAlgorithm::kMpichDefault;
   EXPECT_TRUE(AutoLarge(kBlocks3x2, mpich));
   EXPECT_TRUE(AutoLarge(kCyclic3x2, mpich));
@@ -110,7 +112,7 @@ TEST(LinkModelAutoOnThreeNodesAndUnevenNodes) {
   EXPECT_TRUE(Near(FlatLinkTime(FlatAlgorithm::kReduceScatterAllgather, {0, 1, 0}), 3.0));
 }
 
-TEST(LinkModelModesOnAndOff) {
+TEST_F(LinkModelTest, ModesOnAndOff) {
   for (auto layout : {kBlocks2x2, kCyclic2x2, kBlocks3x2, std::vector<int>{0, 0, 1}}) {
     EXPECT_TRUE(Model(layout, FlatAlgorithm::kMpichDefault, Hierarchical::kOn)
                     .UseHierarchical(4, 1, true));
@@ -122,7 +124,7 @@ TEST(LinkModelModesOnAndOff) {
                    .UseHierarchical(kLarge, kLargeCount, true));
 }
 
-TEST(LinkModelReadsMpichNames) {
+TEST_F(LinkModelTest, ReadsMpichNames) {
   EXPECT_EQ(Read("auto"), Id(FlatAlgorithm::kMpichDefault));
   EXPECT_EQ(Read("auto", 2, true), Id(FlatAlgorithm::kUnknown));
   EXPECT_EQ(Read("sched_recursive_doubling"), Id(FlatAlgorithm::kRecursiveDoubling));
@@ -134,7 +136,7 @@ TEST(LinkModelReadsMpichNames) {
   EXPECT_EQ(Read(""), Id(FlatAlgorithm::kUnknown));
 }
 
-TEST(LinkModelDescribesItsChoice) {
+TEST_F(LinkModelTest, DescribesItsChoice) {
   const std::string text = Model(kCyclic2x2, FlatAlgorithm::kMpichDefault).Describe();
   EXPECT_CONTAINS(text, "2 nodes (2+2 ranks, not in node order)");
   EXPECT_CONTAINS(text, "flat 2.00, node by node 1.00");
