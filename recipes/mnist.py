@@ -58,6 +58,9 @@ def parse_args(argv):
     p.add_argument("--log-csv",
                    help="rank 0 appends one row per epoch here (loss, accuracy, lr, images/s, ...)")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--compression", choices=("none", "fp16", "bf16"), default="none",
+                   help="gradients sent as float16 or bfloat16 (kerashvd.Compression), halving "
+                        "the bytes across slow links (default none)")
     p.add_argument("--tiny", action="store_true",
                    help=f"a seconds-long run for tests: {TINY} unless given")
     args = p.parse_args(argv)
@@ -147,7 +150,9 @@ def main(argv=None):
     # The global batch is size() times larger: scale the learning rate with it.
     lr = args.lr * hvd.size()
     model = build_model()
-    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(lr)),
+    compression = getattr(hvd.Compression, args.compression)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(lr),
+                                                     compression=compression),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     initial_epoch, initial_step = resume_checkpoint.restore_latest(
         model, args.checkpoint_dir, steps, input_shape=(None, 28, 28, 1),

@@ -1,5 +1,11 @@
 """The hierarchical settings: init() keywords, KERASHVD_HIERARCHICAL_* and Horovod's
-HOROVOD_HIERARCHICAL_* variables, and kerashvdrun's flags (no MPI: what they turn into)."""
+HOROVOD_HIERARCHICAL_* variables, and kerashvdrun's flags (no MPI: what they turn into); and
+MPI's algorithm for the flat allreduce as auto reads it."""
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -72,3 +78,33 @@ def test_kerashvdrun_flags(capsys):
     assert "-genv KERASHVD_HIERARCHICAL_ALLGATHER off " in command
     assert cli.main(["-np", "2", "--dry-run", "python", "x.py"]) == 0
     assert "HIERARCHICAL" not in capsys.readouterr().err  # neither flag: auto, nothing set
+
+
+# MPI's algorithm for the flat allreduce, as MPICH's variable sets it -> what auto's link model
+# makes of it, and whether a 16 MiB allreduce at 2 nodes x 2 ranks in blocks then runs node by
+# node (MPICH's reduce-scatter + allgather already moves the least across the links there).
+MPI_ALGORITHMS = [("auto", "MPICH's default", False),
+                  ("sched_recursive_doubling", "recursive doubling", True),
+                  ("sched_reduce_scatter_allgather", "reduce-scatter + allgather", False),
+                  ("tsp_ring", "ring", True),
+                  ("sched_smp", "smp (node-aware)", False),
+                  ("tsp_recexch_reduce_scatter_recexch_allgatherv", "unknown", True)]
+
+
+def test_auto_reads_mpis_algorithm_through_mpi_t():
+    """One process per setting (MPICH reads its variables once): kerashvd._core reads the
+    value MPICH took, through MPI_T, and the link model decides from it."""
+    code = ("import json; from kerashvd import _core; print(json.dumps(["
+            "_core.flat_allreduce_algorithm(), "
+            "_core.allreduce_path([0, 0, 1, 1], 'auto', 16 << 20, 4 << 20)['hierarchical'], "
+            "_core.allreduce_path([0, 1, 0, 1], 'auto', 16 << 20, 4 << 20)['hierarchical']]))")
+    for name, algorithm, blocks_node_by_node in MPI_ALGORITHMS:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MPIR_")}
+        env["MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM"] = name
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        read, blocks, cyclic = json.loads(proc.stdout.splitlines()[-1])
+        assert read == {"name": name, "algorithm": algorithm}, name
+        assert blocks == blocks_node_by_node, name
+        assert cyclic == (name != "sched_smp"), name  # only MPICH's node-aware one is as good

@@ -51,10 +51,11 @@ def read_csv(path):
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_mnist_trains_checkpoints_and_resumes(mnist_data_dir, tmp_path):
-    """Tiny MNIST at 2 ranks from a real tfds data dir, then a rerun that resumes at epoch 3."""
+    """Tiny MNIST at 2 ranks from a real tfds data dir (gradients sent as bfloat16), then a
+    rerun that resumes at epoch 3 (float32)."""
     ckpt, log = tmp_path / "ckpt", tmp_path / "mnist.csv"
     common = ["--tiny", "--data-dir", mnist_data_dir, "--checkpoint-dir", ckpt, "--log-csv", log]
-    _, output = run_recipe("mnist.py", *common)
+    _, output = run_recipe("mnist.py", *common, "--compression", "bf16")
     match = re.search(r"ranks=2 epochs=2 final val_accuracy=([0-9.]+)", output)
     assert match and float(match.group(1)) > 0.8, output[-4000:]  # chance is 0.1
     assert "Resuming" not in output

@@ -19,10 +19,12 @@ timed in turn over several rounds and each reports its median round, so that the
 drift during the run does not bias the ratios. Then the latency of a
 single 4 KiB allreduce and of 100 tensors of 16 KiB in one tf.function step.
 
-With ``--hierarchical off,on`` (several modes) every figure is measured for each mode of the
-hierarchical collectives side by side with raw MPI, kerashvd being initialized once per mode
-in each round (run it across nodes, e.g. inside ``srun -N 2``; on one host every mode is
-flat). tests/multinode_bench.py runs it on the multi-node test cluster with shaped links.
+With ``--hierarchical off,on,auto`` (several modes) every figure is measured for each mode of
+the hierarchical collectives side by side with raw MPI, kerashvd being initialized once per
+mode in each round, with the bytes each node sends across its link per allreduce, the path
+auto chose and how close it came to the faster of off and on (see hierarchy_bench; run it
+across nodes, e.g. inside ``srun -N 2``; on one host every mode is flat).
+tests/multinode_bench.py runs it on the multi-node test cluster with shaped links.
 """
 
 import argparse

@@ -2,7 +2,6 @@
 
 import os
 import socket
-import statistics
 import sys
 import time
 
@@ -171,7 +170,9 @@ def run(args):
 
     modes = [m.strip() for m in args.hierarchical.split(",")] if args.hierarchical else []
     if len(modes) > 1:
-        return _run_modes(args, modes, hvd, tf, np, MPI.COMM_WORLD)
+        from .hierarchy_bench import run_modes
+
+        return run_modes(args, modes, hvd, tf, np, MPI.COMM_WORLD)
     settings = {"hierarchical_allreduce": modes[0], "hierarchical_allgather": modes[0]} \
         if modes else {}
     hvd.init(**settings)
@@ -272,78 +273,3 @@ def _layout(hosts):
     if len(per_node) == 1:
         return ""
     return f" on {len(per_node)} nodes ({'+'.join(map(str, per_node))} ranks)"
-
-
-def _run_modes(args, modes, hvd, tf, np, comm):
-    """The allreduce sizes, the 4 KiB latency and the 100 x 16 KiB step for each hierarchical
-    mode (``hvd.init(hierarchical_allreduce=m, hierarchical_allgather=m)``), side by side with
-    raw MPI: each round initializes kerashvd once per mode and times every case once, so the
-    modes alternate through the run and the machine's drift hits them alike; each figure is the
-    median of its rounds (raw MPI's over every mode's slot)."""
-    from mpi4py import MPI
-
-    started = header.now()
-    n, rank = comm.Get_size(), comm.Get_rank()
-    sync = lambda v: comm.allreduce(v, op=MPI.MAX)  # noqa: E731
-    factor = 2.0 * (n - 1) / n if n > 1 else 1.0
-    hvd.init(hierarchical_allreduce=modes[0], hierarchical_allgather=modes[0])
-    cases = _Cases(hvd, tf, np, comm, args)
-    hosts = comm.allgather(socket.gethostname())
-    hvd.shutdown()
-    many_fns, train_fns = cases.many(), cases.train_like()
-    times = {}   # (mode, case) -> [seconds per call, one per round]
-    wrong = {}   # (mode, case) -> #wrong elements, summed over rounds
-    iters = {}   # case -> {index: calls}, the same in every round and mode
-
-    def measure(mode, case, fns, check=None):
-        got = _time_calls(fns, args.seconds, sync, 1, iters.setdefault(case, {}))
-        for i, t in enumerate(got):
-            times.setdefault((mode, case, i), []).append(t)
-        if check is not None:
-            wrong[(mode, case)] = wrong.get((mode, case), 0) + check()
-
-    for _ in range(args.repeats):
-        for mode in modes:
-            hvd.init(hierarchical_allreduce=mode, hierarchical_allgather=mode)
-            for nbytes in cases.sizes:
-                op, mpi, check = cases.step(nbytes)
-                measure(mode, nbytes, [op, mpi], check)
-            measure(mode, "4k", [lambda: cases.small(cases.x4k)])
-            many, grouped, _ = many_fns
-            measure(mode, "many", [lambda: many(cases.xs), lambda: grouped(cases.xs)],
-                    lambda: cases.many_wrong(many))
-            measure(mode, "vars", [train_fns[0]])
-            hvd.shutdown()
-
-    def med(mode, case, i=0):
-        return statistics.median(times[(mode, case, i)])
-
-    def mpi_med(case):
-        return statistics.median([t for m in modes for t in times[(m, case, 1)]])
-
-    if rank != 0:
-        return
-    print(f"# kerashvd allreduce benchmark: {n} ranks{_layout(hosts)}, float32 Sum, TF op in "
-          f"tf.function vs raw MPI; hierarchical modes {', '.join(modes)} (hvd.init("
-          f"hierarchical_allreduce=..., hierarchical_allgather=...)), median of {args.repeats} "
-          "rounds")
-    print("\n".join(_header(hosts, started)))
-    head = f"# {'size(B)':>10}"
-    for mode in modes:
-        head += f" {mode + '(us)':>10} {'busbw':>7} {'#wrong':>6}"
-    head += f" {'mpi(us)':>10} {'mpi busbw':>9}" + "".join(f" {m + '/mpi':>8}" for m in modes)
-    print(head, flush=True)
-    for nbytes in cases.sizes:
-        line = f"  {nbytes:>10}"
-        for mode in modes:
-            t = med(mode, nbytes)
-            line += f" {t * 1e6:>10.1f} {nbytes / t / 1e9 * factor:>7.3f} {wrong[(mode, nbytes)]:>6}"
-        t_mpi = mpi_med(nbytes)
-        line += f" {t_mpi * 1e6:>10.1f} {nbytes / t_mpi / 1e9 * factor:>9.3f}"
-        line += "".join(f" {t_mpi / med(mode, nbytes):>8.2f}" for mode in modes)
-        print(line, flush=True)
-    for mode in modes:
-        print(f"# {mode}: single 4 KiB allreduce in tf.function {med(mode, '4k') * 1e3:.3f} ms; "
-              f"100 x 16 KiB in one step {med(mode, 'many', 0) * 1e3:.3f} ms as 100 allreduces "
-              f"(#wrong {wrong[(mode, 'many')]}), {med(mode, 'many', 1) * 1e3:.3f} ms grouped, "
-              f"{med(mode, 'vars') * 1e3:.3f} ms grouped from variables", flush=True)

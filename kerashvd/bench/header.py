@@ -23,7 +23,9 @@ import socket
 
 # Environment variables that change what a benchmark measures, recorded when set.
 _VARIABLES = ("TF_CPU_ALLOCATOR_USE_BFC", "OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
-              "TF_NUM_INTEROP_THREADS", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG")
+              "TF_NUM_INTEROP_THREADS", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG", "FI_PROVIDER")
+# Prefixes of more such variables: MPICH's settings (its algorithms, transport).
+_PREFIXES = ("KERASHVD_", "MPIR_CVAR_")
 # What kerashvdrun gives every rank for its own use: not settings.
 _LAUNCHER_VARIABLES = ("KERASHVD_RESTART_COUNT", "KERASHVD_ELASTIC")
 
@@ -40,8 +42,9 @@ def environment():
         A dict with ``host``, ``cpus`` (``os.cpu_count()``), ``affinity`` (CPUs this process may
         run on), ``tensorflow``, ``keras``, ``kerashvd`` (versions), ``build``
         (``kerashvd.build_info()``), ``mpi`` (the MPI library's version line, from mpi4py, or
-        None without mpi4py) and ``variables`` (the ``KERASHVD_*`` settings and the other
-        variables in ``_VARIABLES`` that are set).
+        None without mpi4py), ``load`` (the host's 1-minute load average, or None) and
+        ``variables`` (the ``KERASHVD_*`` and ``MPIR_CVAR_*`` settings and the other variables
+        in ``_VARIABLES`` that are set).
     """
     import importlib.metadata
     import sys
@@ -63,12 +66,13 @@ def environment():
     except ImportError:
         mpi = None
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {
         "host": socket.gethostname(), "cpus": os.cpu_count(), "affinity": affinity,
         "tensorflow": tf.__version__, "keras": keras_version, "kerashvd": kerashvd.__version__,
-        "build": kerashvd.build_info(), "mpi": mpi,
+        "build": kerashvd.build_info(), "mpi": mpi, "load": load,
         "variables": {k: v for k, v in sorted(os.environ.items())
-                      if (k.startswith("KERASHVD_") and k not in _LAUNCHER_VARIABLES)
+                      if (k.startswith(_PREFIXES) and k not in _LAUNCHER_VARIABLES)
                       or k in _VARIABLES},
     }
 
@@ -99,7 +103,9 @@ def lines(env, command, ranks, hosts, started=None):
     return [
         f"# date: {started.astimezone(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC (start)",
         f"# host: {env['host']}; CPUs: {env['cpus']} (os.cpu_count)"
-        + (f", {affinity} usable by this process (affinity)" if affinity is not None else ""),
+        + (f", {affinity} usable by this process (affinity)" if affinity is not None else "")
+        + (f"; load average {env['load']:.2f} (1 min, at start)"
+           if env.get("load") is not None else ""),
         f"# ranks: {ranks} on {len(per_node)} node{'s' if len(per_node) != 1 else ''}: {nodes}",
         f"# versions: TensorFlow {env['tensorflow']}, Keras {env['keras']}, kerashvd "
         f"{env['kerashvd']} ({built}); MPI library: {env['mpi'] or 'unknown (no mpi4py)'}",

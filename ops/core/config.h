@@ -8,9 +8,10 @@
 
 namespace kerashvd {
 
-// Whether allreduce and allgather on host memory go node by node (mpi_hierarchical.h):
-// kAuto where there are several nodes with several ranks on some node, kOn wherever the
-// layout allows it, kOff never. Numbering is part of the Python binding.
+// Whether allreduce and allgather on host memory go node by node (mpi_hierarchical.h): kOn
+// wherever there are several nodes, kOff never, kAuto where it pays (allreduce: LinkModel,
+// link_model.h; allgather: where a node runs several ranks). Numbering is part of the Python
+// binding.
 enum class Hierarchical : int { kAuto = 0, kOff = 1, kOn = 2 };
 
 struct Config {

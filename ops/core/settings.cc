@@ -57,12 +57,16 @@ const std::vector<SettingInfo>& Settings() {
        "HOROVOD_HIERARCHICAL_ALLREDUCE", "--hierarchical-allreduce", SettingKind::kMode, 0, "",
        1, "",
        "allreduce node by node: within each node over shared memory, across nodes once per "
-       "node (horovodrun's flag and Horovod's variable). on: wherever the layout allows it; "
-       "off: never; auto: where there are several nodes and a node runs several ranks",
+       "node (horovodrun's flag and Horovod's variable). on: wherever there are several "
+       "nodes; off: never; auto: allreduces of 64 KiB and more where MPI's own algorithm "
+       "would keep the nodes' links busy longer (as with ranks placed cyclically, 3+ nodes, "
+       "MPICH's recursive doubling or ring), decided alike on every rank",
        &Config::hierarchical_allreduce, 1},
       {"hierarchical_allgather", "KERASHVD_HIERARCHICAL_ALLGATHER",
        "HOROVOD_HIERARCHICAL_ALLGATHER", "--hierarchical-allgather", SettingKind::kMode, 0, "",
-       1, "", "allgather node by node, likewise",
+       1, "", "allgather node by node: gathered to one rank a node, among those across "
+       "nodes, broadcast within each node. on and auto: where there are several nodes and a "
+       "node runs several ranks; off: never",
        &Config::hierarchical_allgather, 1},
       {"timeline", "KERASHVD_TIMELINE", "", "--timeline-filename", SettingKind::kPath, 0, "",
        1, "",

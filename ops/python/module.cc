@@ -5,6 +5,7 @@
 
 #include "../core/runtime.h"
 #include "facts.h"
+#include "link_model.h"
 
 namespace py = pybind11;
 using kerashvd::Status;
@@ -41,6 +42,7 @@ std::shared_ptr<kerashvd::Engine> QueryEngine() {
 PYBIND11_MODULE(_core, m) {
   m.doc() = "kerashvd engine runtime (C++).";
   kerashvd::python::RegisterFacts(m);  // DTYPES, REDUCE_OPS, ..., SETTINGS, Config
+  kerashvd::python::RegisterLinkModel(m);  // flat_allreduce_algorithm, allreduce_path
 
   m.def("init", [](const kerashvd::Config& config) {
     Status status;

@@ -1,16 +1,23 @@
 """One rank of tests/test_hierarchical.py: the same collectives flat and node by node.
 
-``python hierarchical.py [--modes off,on,auto] [--float-sums-equal-flat]``: runs
+``python hierarchical.py [--modes off,on,auto] [--dtypes ...] [--float-sums-equal-flat]``: runs
 :func:`battery` once per mode in one process, with ``hierarchical_allreduce`` and
 ``hierarchical_allgather`` set to it (``hvd.init``/``hvd.shutdown`` in between), and checks:
 
 - every result against numpy: integers and Min/Max exactly; float sums and products exactly
   against the order the hierarchical algorithm adds in where it runs (within each node in
-  local-rank order, then across the nodes), else within rounding;
+  local-rank order, then across the nodes in node order), else within rounding; which path an
+  allreduce takes (in auto: the engine's rule, asked through ``kerashvd._core.allreduce_path``)
+  is decided here as the engine decides it;
 - every exact reduction (integers, Min, Max) and every allgather bit for bit equal in every
-  mode, and with ``--float-sums-equal-flat`` float sums, products and averages too;
+  mode, two results of the same path too, and with ``--float-sums-equal-flat`` float sums,
+  products and averages as well;
 - the largest tensor of a grouped (fused) allreduce bit for bit equal to the same tensor
   reduced alone.
+
+Nodes are what MPI calls them (``MPI_COMM_TYPE_SHARED``), so on one host MPICH's cliques
+(``MPIR_CVAR_NUM_CLIQUES``) stand for nodes. Every rank follows rank 0's settings: ranks may be
+given different ``--modes`` (of the same length), and all check rank 0's.
 
 Per mode: Sum, Average, Min, Max and Product of every reducible dtype at 0, 1, 7 and 2**15 + 3
 elements (one grouped call, plus the largest alone), prescale/postscale, allgather (member i
@@ -20,8 +27,9 @@ sets {0, 1, 2} and {0, 2}: on 2 nodes x 2 ranks in blocks, nodes of 2 + 1 and 1 
 with ranks placed cyclically, 2 + 1 in another order than the nodes' and one node.
 
 Prints one JSON line: rank, size, host, local/cross sizes, ``nodes`` (the ranks of each node),
-``seconds`` (to start, and for each mode), the number of checks made and the failures ([] when all hold). Exits with code 0 either way;
-the test reads the failures.
+``modes`` (rank 0's, as run), ``seconds`` (to start, and for each mode), the number of checks
+made and the failures ([] when all hold). Exits with code 0 either way; the test reads the
+failures.
 """
 
 import argparse
@@ -71,7 +79,7 @@ def expected(op, arrays, nodes, dtype, hierarchical):
 
     Floating-point sums and products are computed in the order of the hierarchical algorithm
     when `hierarchical` (within each node in local-rank order, then the nodes' results in node
-    order: with 2 nodes, one operation, whose order does not matter), else in member order;
+    order), else in member order;
     float16/bfloat16 in float32, rounded once at the end, as the engine does. Integers wrap
     as the engine's do.
     """
@@ -91,18 +99,20 @@ def expected(op, arrays, nodes, dtype, hierarchical):
     return result.astype(_np_dtype(dtype))
 
 
-# The engine's threshold: in auto, allreduces of fewer bytes stay flat (mpi_hierarchical.cc).
-AUTO_MIN_BYTES = 64 << 10
+def layered(mode, nodes, nbytes, count, op="Sum", dtype="float32"):
+    """Whether an allreduce of `count` elements, `nbytes` as the backend sees them (float16/
+    bfloat16 widened to float32, a grouped call's tensors together), among members on `nodes`
+    runs node by node: the engine's own rule (LinkModel), asked through the binding with this
+    layout and this process's MPI setting."""
+    from kerashvd import _core
 
-
-def layered(mode, nodes, nbytes):
-    """Whether an allreduce of `nbytes` (as the backend sees it: float16/bfloat16 widened to
-    float32, a grouped call's tensors together) among members on `nodes` runs node by node."""
-    if mode == "off" or len(nodes) < 2 or max(len(k) for k in nodes) < 2:
-        return False  # no hierarchy to use
-    if len({len(k) for k in nodes}) > 1:
-        return False  # nodes of different sizes: flat
-    return mode == "on" or nbytes >= AUTO_MIN_BYTES
+    node_of = [0] * sum(len(k) for k in nodes)
+    for k, members in enumerate(nodes):
+        for i in members:
+            node_of[i] = k
+    # kerashvd's float Min and Max are user-defined MPI operations (mpi_reduce_ops.h).
+    predefined = not (op in ("Min", "Max") and "int" not in dtype)
+    return _core.allreduce_path(node_of, mode, nbytes, count, predefined)["hierarchical"]
 
 
 def _wire_bytes(dtype, count):
@@ -150,7 +160,7 @@ def battery(hvd, tf, checks, members, nodes, set_, mode, label, dtypes=REDUCIBLE
             mine = [tf.constant(inputs(members[me], dtype, op, n), dtype=tf_dtype) for n in SIZES]
             grouped = hvd.grouped_allreduce(mine, op=getattr(hvd, op), name=name, **kw)
             alone = hvd.allreduce(mine[-1], op=getattr(hvd, op), name=name + "/alone", **kw)
-            hier = layered(mode, nodes, _wire_bytes(dtype, sum(SIZES)))
+            hier = layered(mode, nodes, _wire_bytes(dtype, sum(SIZES)), sum(SIZES), op, dtype)
             for n, got in zip(SIZES, grouped):
                 want = expected(op, [inputs(r, dtype, op, n) for r in members], nodes, dtype,
                                 hier)
@@ -164,7 +174,7 @@ def battery(hvd, tf, checks, members, nodes, set_, mode, label, dtypes=REDUCIBLE
     x = inputs(members[me], "float64", "Sum", 1001)
     got = hvd.allreduce(tf.constant(x), op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0,
                         name=f"{label}/scaled", **kw).numpy()
-    hier = layered(mode, nodes, 1001 * 8)
+    hier = layered(mode, nodes, 1001 * 8, 1001)
     want = expected("Sum", [inputs(r, "float64", "Sum", 1001) * 0.5 for r in members], nodes,
                     "float64", hier) * 3.0
     checks.same(f"{mode} scaled allreduce {label}", got, want, hier)
@@ -193,9 +203,9 @@ def joined(hvd, tf, checks, mode, nodes):
     """The last rank joins; the others' allreduce gets its identity."""
     size, rank = hvd.size(), hvd.rank()
     results = {}
-    hier = layered(mode, nodes, 1003 * 4)
     if rank < size - 1:
         for op in ("Sum", "Max"):
+            hier = layered(mode, nodes, 1003 * 4, 1003, op)
             mine = tf.constant(inputs(rank, "float32", op, 1003, tag=1))
             got = hvd.allreduce(mine, op=getattr(hvd, op), name=f"join/{op}").numpy()
             arrays = [inputs(r, "float32", op, 1003, tag=1) for r in range(size - 1)]
@@ -212,8 +222,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--float-sums-equal-flat", action="store_true",
                         help="also require float sums and products bitwise equal to flat")
+    parser.add_argument("--dtypes", default=",".join(REDUCIBLE),
+                        help="the reducible dtypes to check (default: all)")
     parser.add_argument("--modes", default=",".join(MODES),
-                        help="the settings to run, the first one being the reference")
+                        help="the settings to run, the first one being the reference (every "
+                             "rank follows rank 0's, which must be distinct)")
     args = parser.parse_args()
     import tensorflow as tf
 
@@ -230,33 +243,47 @@ def main():
               flush=True)
 
     progress("imported TensorFlow")
-    for mode in modes:
+    for given in modes:
         started = time.monotonic()
-        progress(f"init ({mode})")
-        hvd.init(hierarchical_allreduce=mode, hierarchical_allgather=mode)
+        progress(f"init ({given})")
+        hvd.init(hierarchical_allreduce=given, hierarchical_allgather=given)
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
         size, rank = hvd.size(), hvd.rank()
-        hosts = hvd.allgather_object(socket.gethostname(), name=f"hosts.{mode}")
-        order = list(dict.fromkeys(hosts))  # nodes in order of their lowest rank
-        nodes = [[r for r in range(size) if hosts[r] == h] for h in order]
-        report = dict(rank=rank, size=size, host=hosts[rank], local_size=hvd.local_size(),
-                      cross_size=hvd.cross_size(), nodes=nodes)
+        # Every rank follows rank 0's settings (its own may differ: --modes per rank).
+        mode = world.bcast(given, root=0)
+        # Nodes as MPI (and kerashvd) see them, in order of their lowest rank: on one host
+        # with MPIR_CVAR_NUM_CLIQUES, the cliques.
+        local = world.Split_type(MPI.COMM_TYPE_SHARED)
+        leaders = world.allgather(local.bcast(rank, root=0))
+        local.Free()
+        nodes = [[r for r in range(size) if leaders[r] == k] for k in sorted(set(leaders))]
+        report = dict(rank=rank, size=size, host=socket.gethostname(),
+                      local_size=hvd.local_size(), cross_size=hvd.cross_size(), nodes=nodes,
+                      modes=report.get("modes", []) + [mode])
         progress(f"battery ({mode})")
-        results = battery(hvd, tf, checks, list(range(size)), nodes, None, mode, "world")
+        dtypes = args.dtypes.split(",")
+        results = battery(hvd, tf, checks, list(range(size)), nodes, None, mode, "world",
+                          dtypes)
         results.update(joined(hvd, tf, checks, mode, nodes))
         if size == 4:
             for ranks in ([0, 1, 2], [0, 2]):
                 ps = hvd.add_process_set(ranks)
                 if rank in ranks:
                     set_nodes = [[ranks.index(r) for r in k if r in ranks] for k in nodes]
-                    set_nodes = [k for k in set_nodes if k]
+                    set_nodes = sorted((k for k in set_nodes if k), key=min)
                     results.update(battery(hvd, tf, checks, ranks, set_nodes, ps, mode,
-                                           f"set{ranks}", ("float32", "float16", "int32")))
+                                           f"set{ranks}",
+                                           [d for d in ("float32", "float16", "int32")
+                                            if d in dtypes]))
                 hvd.remove_process_set(ps)
         by_mode[mode] = results
         progress(f"shutdown ({mode})")
         hvd.shutdown()
         seconds[mode] = round(time.monotonic() - started, 1)
     # Exact results are the same bits in every mode; float sums too where asked.
+    modes = list(by_mode)
     for mode in modes[1:]:
         for name, (value, exact, hier) in by_mode[modes[0]].items():
             # Two results of the same algorithm are the same bits, too.

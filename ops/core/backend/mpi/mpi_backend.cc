@@ -47,14 +47,16 @@ Status MpiBackend::Allreduce(const void* send, void* recv, int64_t count, DataTy
     if (send != recv) huge_pages_->Advise(send, bytes);
     huge_pages_->Advise(recv, bytes);
   }
-  if (hierarchy_.allreduce && bytes >= hierarchy_.allreduce_min_bytes)
+  const MPI_Op op = MpiOp(options.op, dtype);
+  if (hierarchy_.allreduce &&
+      hierarchy_.allreduce->UseHierarchical(bytes, count, IsPredefinedOp(op)))
     return HierarchicalAllreduce(send, recv, count, dtype, options);
   if (options.any_out_of_place && mpi_->size() == 2 && bytes >= kSplitMinBytes)
     return SplitAllreduce(send, recv, count, dtype, options);
   const void* source = send == recv ? MPI_IN_PLACE : send;
   MPI_Request request;
-  return Finish(MPI_Iallreduce_c(source, recv, count, MpiDatatype(dtype), MpiOp(options.op, dtype),
-                                 mpi_->comm(), &request),
+  return Finish(MPI_Iallreduce_c(source, recv, count, MpiDatatype(dtype), op, mpi_->comm(),
+                                 &request),
                 &request, "MPI_Iallreduce");
 }
 

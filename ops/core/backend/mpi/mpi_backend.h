@@ -51,6 +51,10 @@ class MpiBackend : public Backend {
   // Node by node (mpi_hierarchical.cc); only where hierarchy_ says so.
   Status HierarchicalAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
                                const ReduceOptions& options);
+  Status ReduceScatterInOrder(const void* send, const std::vector<MPI_Count>& counts,
+                              const std::vector<MPI_Aint>& at, int me, MPI_Comm comm,
+                              MPI_Datatype type, MPI_Op op, int64_t width, char* out,
+                              const std::string& what);
   Status HierarchicalAllgatherv(const void* send, void* recv,
                                 const std::vector<int64_t>& recv_bytes);
   Status Finish(int rc, MPI_Request* request, const char* what);

@@ -109,8 +109,9 @@ Status MpiContext::Describe() {
       MpiStatus(MPI_Comm_split(comm_, local_rank_, rank_, &cross), "MPI_Comm_split"));
   MPI_Comm_rank(cross, &cross_rank_);
   MPI_Comm_size(cross, &cross_size_);
-  // Also answers is_homogeneous(); keeps the two communicators where there is a hierarchy.
-  return MpiNodes::Create(comm_, local, cross, &nodes_, &homogeneous_);
+  MPI_Comm_free(&cross);
+  // Also answers is_homogeneous(); keeps the node's communicator where there are 2+ nodes.
+  return MpiNodes::Create(comm_, local, &nodes_, &homogeneous_, &node_of_);
 }
 
 MpiContext::~MpiContext() {

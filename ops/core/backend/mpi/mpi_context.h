@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "../../status.h"
 #include "../../topology.h"
@@ -38,9 +39,11 @@ class MpiContext {
   bool threads_supported() const { return thread_level_ == MPI_THREAD_MULTIPLE; }
   // All of the above as one value, for the bindings (topology.h).
   Topology topology() const;
-  // The ranks grouped by node, with a communicator per level; null without a hierarchy (one
-  // node, or one rank per node). Used by this context's lane only (hierarchical collectives).
+  // The ranks grouped by node, with their communicators; null on one node. Used by this
+  // context's lane only (hierarchical collectives).
   const MpiNodes* nodes() const { return nodes_.get(); }
+  // The node (0, 1, ... in the order of their lowest rank) of each rank of comm().
+  const std::vector<int>& node_of() const { return node_of_; }
 
  private:
   MpiContext() = default;
@@ -51,6 +54,7 @@ class MpiContext {
   int thread_level_ = MPI_THREAD_SINGLE;
   bool homogeneous_ = true;
   std::unique_ptr<MpiNodes> nodes_;
+  std::vector<int> node_of_;
 };
 
 // After a peer failure MPI cannot be used again in this process: no finalize at exit (it would

@@ -7,8 +7,8 @@
 
 namespace kerashvd {
 
-Status MpiNodes::Create(MPI_Comm comm, MPI_Comm local, MPI_Comm cross,
-                        std::unique_ptr<MpiNodes>* out, bool* homogeneous) {
+Status MpiNodes::Create(MPI_Comm comm, MPI_Comm local, std::unique_ptr<MpiNodes>* out,
+                        bool* homogeneous, std::vector<int>* node_of) {
   out->reset();
   int rank = 0, size = 1, local_rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -23,7 +23,6 @@ Status MpiNodes::Create(MPI_Comm comm, MPI_Comm local, MPI_Comm cross,
                        "MPI_Allgather");
   if (!status.ok()) {
     MPI_Comm_free(&local);
-    MPI_Comm_free(&cross);
     return status;
   }
   std::map<int, std::vector<int>> by_leader;  // ordered by leader: node order
@@ -36,19 +35,31 @@ Status MpiNodes::Create(MPI_Comm comm, MPI_Comm local, MPI_Comm cross,
     nodes->node_ranks_.push_back(std::move(ranks));
   }
   int next = 0;
-  for (const auto& ranks : nodes->node_ranks_) {
+  if (node_of) node_of->assign(size, 0);
+  for (size_t k = 0; k < nodes->node_ranks_.size(); ++k) {
+    const auto& ranks = nodes->node_ranks_[k];
     if (ranks.size() != nodes->node_ranks_[0].size()) nodes->homogeneous_ = false;
-    for (int r : ranks) nodes->blocks_ = nodes->blocks_ && r == next++;
+    for (int r : ranks) {
+      nodes->blocks_ = nodes->blocks_ && r == next++;
+      if (node_of) (*node_of)[r] = static_cast<int>(k);
+    }
   }
   *homogeneous = nodes->homogeneous_;
-  if (nodes->node_ranks_.size() < 2 || largest < 2) {  // no hierarchy: nothing to keep
+  if (nodes->node_ranks_.size() < 2) {  // one node: nothing to keep
     MPI_Comm_free(&local);
-    MPI_Comm_free(&cross);
     return Status::Ok();
   }
   nodes->local_ = local;
-  nodes->cross_ = cross;
   nodes->local_rank_ = local_rank;
+  nodes->shards_ = static_cast<int>(largest);
+  // One split per shard (collective over `comm`): its owners, ranked by node.
+  const auto [first, last] = nodes->ShardsOf(local_rank);
+  nodes->shard_comms_.assign(nodes->shards_, MPI_COMM_NULL);
+  for (int j = 0; j < nodes->shards_ && status.ok(); ++j)
+    status = MpiStatus(MPI_Comm_split(comm, first <= j && j < last ? 0 : MPI_UNDEFINED,
+                                      nodes->node_, &nodes->shard_comms_[j]),
+                       "MPI_Comm_split");
+  if (!status.ok()) return status;  // the destructor frees what was made
   *out = std::move(nodes);
   return Status::Ok();
 }
@@ -58,7 +69,8 @@ MpiNodes::~MpiNodes() {
   MPI_Finalized(&finalized);
   if (finalized || MpiBroken()) return;
   if (local_ != MPI_COMM_NULL) MPI_Comm_free(&local_);
-  if (cross_ != MPI_COMM_NULL) MPI_Comm_free(&cross_);
+  for (MPI_Comm& c : shard_comms_)
+    if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
 }
 
 }  // namespace kerashvd

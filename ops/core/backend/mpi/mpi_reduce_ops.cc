@@ -46,4 +46,8 @@ MPI_Op MpiOp(ReduceOp op, DataType dtype) {
   }
 }
 
+bool IsPredefinedOp(MPI_Op op) {
+  return op == MPI_SUM || op == MPI_PROD || op == MPI_MIN || op == MPI_MAX;
+}
+
 }  // namespace kerashvd

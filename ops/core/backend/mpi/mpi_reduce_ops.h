@@ -22,5 +22,8 @@ namespace kerashvd {
 
 // Valid once MPI is initialized; the user-defined operations are created on first use.
 MPI_Op MpiOp(ReduceOp op, DataType dtype);
+// Whether `op` is one of MPI's own (MPI_SUM, ...), not one created here: MPI may pick its
+// allreduce algorithm by it (MPICH runs recursive doubling for user-defined operations).
+bool IsPredefinedOp(MPI_Op op);
 
 }  // namespace kerashvd

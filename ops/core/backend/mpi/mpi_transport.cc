@@ -15,7 +15,11 @@ LaneTransport MakeMpiTransport(const MpiContext* comm, const Config& config,
   transport.control = std::make_unique<MpiControlPlane>(
       comm, BackstopTimeout(config.peer_timeout_seconds), abort);
   HierarchyPlan hierarchy = PlanHierarchy(config, *comm);
-  if (!hierarchy.note.empty() && comm->rank() == 0) LogWarning(world_rank0, label + hierarchy.note);
+  if (!hierarchy.note.empty()) {
+    int world_rank = world_rank0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    LogWarning(world_rank, label + hierarchy.note);
+  }
   transport.backend = std::make_unique<MpiBackend>(
       comm, abort, transport.huge_pages.get(), std::move(hierarchy),
       MakeShmPair(comm, abort, config.shm_allreduce));

@@ -10,9 +10,9 @@
 
 namespace kerashvd {
 
-// `comm` outlives the transport. `label` prefixes the log line of a hierarchy that cannot be
-// used ("" for the world, "process set <id>: " otherwise), written by the rank that is rank 0
-// of `comm`, as world rank `world_rank0`.
+// `comm` outlives the transport. Collective over `comm` (the hierarchy's plan). `label`
+// prefixes the log line of a rank whose hierarchical settings differ from rank 0's ("" for the
+// world, "process set <id>: " otherwise); `world_rank0`: the world rank of `comm`'s rank 0.
 LaneTransport MakeMpiTransport(const MpiContext* comm, const Config& config,
                                const AbortFlag* abort, const std::string& label,
                                int world_rank0);
