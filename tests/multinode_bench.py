@@ -19,9 +19,10 @@ each in one SLURM job:
   node by node and as auto chooses, next to raw MPI of the same bytes, with the bytes each
   node sends across its link per allreduce, the 4 KiB latency and the 100 x 16 KiB step,
   measured in turn in one run;
-- ``keras``: ``python -m kerashvd.bench keras --np 4 --launcher "srun ... -N 2
-  --ntasks-per-node=2" --hierarchical ...``: Keras training scaling at 2 nodes x 2 ranks
-  (the 1-process runs go where this script runs);
+- ``keras``, for each layout of ``--keras-layouts`` (default ``2x2``): ``python -m
+  kerashvd.bench keras --np N*L --launcher "srun ... -N N -n N*L" --hierarchical ...``: Keras
+  training scaling across the nodes against plain Keras in one process (the 1-process runs go
+  where this script runs);
 - ``compression``: the MNIST recipe (``recipes/mnist.py``) with each gradient compression of
   ``--compressions`` (``--compression none|fp16|bf16``), at each layout of
   ``--compression-layouts``, the compressions in turn ``--passes`` times, on a tfds ``mnist``
@@ -53,7 +54,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import multinode_cluster  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RANKS = ["-N", "2", "--ntasks-per-node=2"]
 SRUN = ["srun", "--mpi=pmi2", "--kill-on-bad-exit=1"]
 
 
@@ -137,14 +137,18 @@ def run(cluster, args):
             if "compression" in parts:
                 failed += run_compression(cluster, args, links)
             if "keras" in parts:
-                print(f"## links: {links}; 2 nodes x 2 ranks ({', '.join(cluster.nodes[:2])})",
-                      flush=True)
-                launcher = " ".join([*SRUN, *RANKS])
-                failed += not run_part(
-                    cluster, [python, "-m", "kerashvd.bench", "keras", "--np", "4", "--launcher",
-                              launcher, "--hierarchical", args.keras_hierarchical,
-                              "--timeout", str(args.timeout), *shlex.split(args.keras_args)],
-                    f"keras bench at {rate}", args.timeout * 12)
+                for layout in args.keras_layouts.split(","):
+                    options = layout_options(layout)
+                    print(f"## links: {links}; layout {layout}: Keras training, srun "
+                          f"{' '.join(options)}; load average {os.getloadavg()[0]:.2f} before "
+                          f"the job", flush=True)
+                    launcher = " ".join([*SRUN, *options])
+                    failed += not run_part(
+                        cluster, [python, "-m", "kerashvd.bench", "keras", "--np", options[3],
+                                  "--launcher", launcher, "--hierarchical",
+                                  args.keras_hierarchical, "--timeout", str(args.timeout),
+                                  *shlex.split(args.keras_args)],
+                        f"keras bench at {rate}, {layout}", args.timeout * 12)
     finally:
         shape(cluster, "none", args.burst)
     return failed
@@ -230,6 +234,8 @@ def parser():
                    help="modes the keras part compares (default off,on)")
     p.add_argument("--allreduce-args", default="--sizes 64K,256K,1M,4M,16M,64M",
                    help="more arguments of python -m kerashvd.bench")
+    p.add_argument("--keras-layouts", default="2x2",
+                   help="the keras part's layouts, as --layouts (default 2x2)")
     p.add_argument("--keras-args", default="", help="more arguments of python -m kerashvd.bench keras")
     p.add_argument("--compressions", default="none,fp16,bf16",
                    help="the compression part's --compression values (default none,fp16,bf16)")
@@ -252,7 +258,8 @@ def main(argv=None):
     args = parser().parse_args(argv)
     parts = args.parts.split(",")
     layouts = (args.layouts.split(",") if "allreduce" in parts else []) + \
-        (args.compression_layouts.split(",") if "compression" in parts else [])
+        (args.compression_layouts.split(",") if "compression" in parts else []) + \
+        (args.keras_layouts.split(",") if "keras" in parts else [])
     for layout in layouts:
         layout_options(layout)  # a bad layout fails here, before the cluster starts
     cluster_gen = multinode_cluster._cluster(cluster_size(layouts))
