@@ -183,7 +183,7 @@ def run_compression(cluster, args, links):
                     env=ENV, timeout=args.timeout, cwd=REPO), f"mnist {layout} {compression}")
                 rate = re.findall(r"Epoch \d+: ([0-9.]+) images/s in total", output)
                 accuracy = re.search(r"final val_accuracy=([0-9.]+)", output)
-                val_loss = re.findall(r"val_loss: ([0-9.]+)", output)
+                val_loss = re.findall(r"val_loss: ([0-9.]+(?:e[-+]?\d+)?)", output)  # 4.9e-04
                 if not ok or not rate or not accuracy or not val_loss:
                     print(f"failed:\n{output[-5000:]}", flush=True)
                     failed += 1
@@ -208,7 +208,7 @@ def run_compression(cluster, args, links):
             base = step if compression == "none" else base
             print(f"  {compression:>11} {rate:>9.1f} {step:>9.1f} "
                   f"{(step / base if base else float('nan')):>8.2f} "
-                  f"{' '.join(f'{r[1]:.4f}, {r[2]:.4f}' for r in runs):>36}", flush=True)
+                  f"{' '.join(f'{r[1]:.4f}, {r[2]:.2e}' for r in runs):>36}", flush=True)
     shutil.rmtree(data, ignore_errors=True)
     return failed
 
