@@ -24,7 +24,7 @@ the hierarchical collectives side by side with raw MPI, kerashvd being initializ
 mode in each round, with the bytes each node sends across its link per allreduce, the path
 auto chose and how close it came to the faster of off and on (see hierarchy_bench; run it
 across nodes, e.g. inside ``srun -N 2``; on one host every mode is flat).
-tests/multinode_bench.py runs it on the multi-node test cluster with shaped links.
+tests/integration/multinode_bench.py runs it on the multi-node test cluster with shaped links.
 """
 
 import argparse
