@@ -51,7 +51,8 @@
 // makes no calls of its own until the join ends. The error names the name, the ranks and
 // their counts, and the fixes. Calls of one name that never overlap on any rank are paired
 // in each rank's order, which is the program's order in one thread but not across threads:
-// that case cannot be detected, and names shared between threads must be avoided (README).
+// that case cannot be detected, and names shared between threads must be avoided
+// (docs/collectives.md).
 //
 // Invariants: every rank runs the same number of cycles (each has a collective), applies the
 // same lists in the same order, and so holds the same cache and produces the same work list.
