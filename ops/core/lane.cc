@@ -104,8 +104,21 @@ void Lane::Loop() {
     CycleResult cycle;
     std::deque<TensorEntry> incoming = queue_.TakeAll();
     pending_work_ = !incoming.empty() || controller_->has_pending() || controller_->joined();
+    const bool had_work = pending_work_;
+    const auto cycle_start = Timeline::Clock::now();
     Status status = controller_->RunCycle(std::move(incoming), shutdown_requested_, &cycle);
     if (!status.ok()) return Stop(status);
+    const WaitCounters waits = control_->TakeWaitCounters();
+    if (timeline_->active()) {
+      for (WorkItem& item : cycle.work) item.cycle_start = cycle_start;
+      if (had_work)
+        timeline_->Engine("NEGOTIATION", cycle_start, Timeline::Clock::now(),
+                          "\"tensors\": " + std::to_string(cycle.work.size()) +
+                              ", \"waits\": " + std::to_string(waits.waits) +
+                              ", \"polls\": " + std::to_string(waits.polls) +
+                              ", \"naps\": " + std::to_string(waits.naps) +
+                              ", \"napped_us\": " + std::to_string(waits.napped.count()));
+    }
     if (cycle.shutdown) return Stop(Status::Aborted(ShutdownMessage(cycle.shutdown_ranks)));
     if (!cycle.fatal_error.empty()) return Stop(Status::Aborted(cycle.fatal_error));
     // With work of its own still waiting for peers, meet them again almost at once: the cycle
