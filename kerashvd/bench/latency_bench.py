@@ -22,7 +22,8 @@ control plane's polls, naps and time napped (the wait policy at work). Next to t
 same run: the time per allreduce of the chain with the timeline off (the figure to compare),
 raw MPI's blocking allreduce of the same bytes (mpi4py ``Allreduce``), and raw MPI's
 non-blocking bitwise-AND allreduce of 3 words completed with ``Wait`` (what one negotiation
-round trip costs MPI alone). Run it across nodes inside ``srun -N 2`` (tests/multinode_bench.py
+round trip costs MPI alone). ``--linger 0,0.05`` measures the chain with each
+KERASHVD_LINGER_TIME in turn, every round, side by side. Run it across nodes inside ``srun -N 2`` (tests/multinode_bench.py
 ``--parts latency``); started alone it relaunches itself with ``kerashvdrun -np NP``.
 """
 
@@ -49,6 +50,13 @@ def _parse(argv):
     p.add_argument("--depth", type=int, default=20, help="allreduces chained per call (default 20)")
     p.add_argument("--calls", type=int, default=30,
                    help="calls of the chain per round (default 30)")
+    p.add_argument("--linger", default="",
+                   help="KERASHVD_LINGER_TIME values (ms) to compare side by side, e.g. "
+                        "0,0.05: kerashvd is initialized with each in turn in every round "
+                        "(default: the environment's setting only)")
+    p.add_argument("--keep", default="",
+                   help="a folder to keep the timelines in (timeline.<rank>.json), for a look "
+                        "at single allreduces; default: discarded")
     p.add_argument("--rounds", type=int, default=5,
                    help="rounds, each timing every measure in turn; medians are reported "
                         "(default 5)")
@@ -112,7 +120,9 @@ def run(args):
     import kerashvd as hvd
     from mpi4py import MPI
 
-    hvd.init()
+    lingers = [float(v) for v in args.linger.split(",")] if args.linger else [None]
+    init = lambda linger: hvd.init(**({} if linger is None else {"linger_ms": linger}))  # noqa: E731
+    init(lingers[0])
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
     nbytes, depth = _bytes(args.size), args.depth
@@ -139,55 +149,72 @@ def run(args):
     a = np.ones(nbytes // 4, np.float32)
     b = np.empty_like(a)
     words = np.zeros(3, np.uint64)
-    folder = tempfile.mkdtemp(prefix="kerashvd-latency-") if rank == 0 else None
+    folder = (args.keep or tempfile.mkdtemp(prefix="kerashvd-latency-")) if rank == 0 else None
     folder = comm.bcast(folder)
     path = os.path.join(folder, "timeline.{rank}.json")
-    # Each round times every measure in turn, so that the machine's drift hits them alike.
-    rounds = {"chain": [], "mpi": [], "band": [], "traced": [], "floor": []}
+    # Each round times every measure in turn (and kerashvd with each --linger value), so
+    # that the machine's drift hits them alike.
+    rounds = {"mpi": [], "band": [], "floor": []}
+    traced = {}
     for i in range(args.rounds):
-        rounds["chain"].append(timed(lambda: chain(x), args.calls) / depth)
+        for j, linger in enumerate(lingers):
+            if len(lingers) > 1:
+                hvd.shutdown()
+                init(linger)
+                for _ in range(3):
+                    chain(x)
+            rounds.setdefault(("chain", j), []).append(timed(lambda: chain(x), args.calls) / depth)
+            if i == args.rounds // 2:  # one round's allreduces go into the timeline
+                hvd.start_timeline(path.replace("timeline.", f"timeline.{j}."))
+                traced[j] = timed(lambda: chain(x), args.calls) / depth
+                hvd.stop_timeline()
         rounds["floor"].append(timed(lambda: floor(x), args.calls))
         rounds["mpi"].append(timed(lambda: comm.Allreduce(a, b), args.calls * depth))
         rounds["band"].append(timed(
             lambda: comm.Iallreduce(MPI.IN_PLACE, words, op=MPI.BAND).Wait(), args.calls * depth))
-        if i == args.rounds // 2:  # one round's allreduces go into the timeline
-            hvd.start_timeline(path)
-            rounds["traced"].append(timed(lambda: chain(x), args.calls) / depth)
-            hvd.stop_timeline()
-    t_chain, t_mpi, t_band, t_traced, t_floor = (
-        statistics.median(rounds[k]) for k in ("chain", "mpi", "band", "traced", "floor"))
-    with open(path.replace("{rank}", str(rank))) as f:
-        events = json.load(f)
-    medians, count = phase_medians(events, prefix)
-    waits = wait_stats(events)
-    rows = comm.gather((medians, count, waits, os.uname().nodename), root=0)
+    t_mpi, t_band, t_floor = (statistics.median(rounds[k]) for k in ("mpi", "band", "floor"))
+    results = []
+    for j, linger in enumerate(lingers):
+        with open(path.replace("timeline.", f"timeline.{j}.").replace("{rank}", str(rank))) as f:
+            events = json.load(f)
+        medians, count = phase_medians(events, prefix)
+        results.append((statistics.median(rounds[("chain", j)]), traced[j], medians, count,
+                        wait_stats(events)))
+    rows = comm.gather((results, os.uname().nodename), root=0)
     comm.Barrier()
     if rank == 0:
-        hosts = [r[3] for r in rows]
+        hosts = [r[1] for r in rows]
         print("\n".join(header.lines(header.environment(),
                                      [sys.executable, "-m", "kerashvd.bench", "latency"] +
                                      sys.argv[2:], n, hosts)))
-        print(f"# {depth} allreduces of {nbytes} B chained in one tf.function, {args.calls} "
-              f"calls a round, median of {args.rounds} rounds: {t_chain * 1e6:.1f} us per "
-              f"allreduce (timeline off); one round with the timeline on: {t_traced * 1e6:.1f} us; "
-              f"a call of the same tf.function shape without allreduces: {t_floor * 1e6:.1f} us")
         print(f"# raw MPI: Allreduce of {nbytes} B {t_mpi * 1e6:.1f} us; Iallreduce BAND of 3 "
-              f"words + Wait {t_band * 1e6:.1f} us; kerashvd / raw MPI = {t_chain / t_mpi:.2f}")
-        print("# engine phases per allreduce (us; mean, then median), from each rank's timeline "
-              "(cycles: negotiations with work pending; polls, naps, napped: their medians):")
-        names = ["to cycle"] + [p.lower().replace("last_cycle", "negotiate") for p in PHASES] + \
-            ["to next"]
-        print(f"# {'rank':>4} {'node':<10} {'':>6} " + " ".join(f"{h:>10}" for h in names) +
-              f" {'allreduces':>10} {'cycles':>7} {'polls':>6} {'naps':>5} {'napped':>7}")
-        keys = ["to cycle"] + PHASES + ["to next"]
-        for r, (medians, count, (cycles, polls, naps, napped), host) in enumerate(rows):
-            for j, stat in enumerate(("mean", "median")):
-                tail = (f" {count:>10} {cycles:>7} {polls:>6.0f} {naps:>5.0f} {napped:>7.0f}"
-                        if j == 0 else "")
-                print(f"  {r:>4} {host:<10} {stat:>6} " +
-                      " ".join(f"{medians[k][j]:>10.1f}" for k in keys) + tail)
-        import shutil
-        shutil.rmtree(folder, ignore_errors=True)
+              f"words + Wait {t_band * 1e6:.1f} us; a call of a tf.function without "
+              f"allreduces: {t_floor * 1e6:.1f} us (medians of {args.rounds} rounds)")
+        for j, linger in enumerate(lingers):
+            t_chain, t_traced = rows[0][0][j][0], rows[0][0][j][1]
+            setting = "" if linger is None else f"KERASHVD_LINGER_TIME={linger:g}: "
+            print(f"# {setting}{depth} allreduces of {nbytes} B chained in one tf.function, "
+                  f"{args.calls} calls a round: {t_chain * 1e6:.1f} us per allreduce (median "
+                  f"of {args.rounds} rounds, timeline off; one round with the timeline on: "
+                  f"{t_traced * 1e6:.1f} us); kerashvd / raw MPI = {t_chain / t_mpi:.2f}")
+            print("# engine phases per allreduce (us; mean, then median), from each rank's "
+                  "timeline (cycles: negotiations with work pending; polls, naps, napped: "
+                  "their medians):")
+            names = ["to cycle"] + [p.lower().replace("last_cycle", "negotiate")
+                                    for p in PHASES] + ["to next"]
+            print(f"# {'rank':>4} {'node':<10} {'':>6} " + " ".join(f"{h:>10}" for h in names) +
+                  f" {'allreduces':>10} {'cycles':>7} {'polls':>6} {'naps':>5} {'napped':>7}")
+            keys = ["to cycle"] + PHASES + ["to next"]
+            for r, (results, host) in enumerate(rows):
+                _, _, medians, count, (cycles, polls, naps, napped) = results[j]
+                for k, stat in enumerate(("mean", "median")):
+                    tail = (f" {count:>10} {cycles:>7} {polls:>6.0f} {naps:>5.0f} {napped:>7.0f}"
+                            if k == 0 else "")
+                    print(f"  {r:>4} {host:<10} {stat:>6} " +
+                          " ".join(f"{medians[key][k]:>10.1f}" for key in keys) + tail)
+        if not args.keep:
+            import shutil
+            shutil.rmtree(folder, ignore_errors=True)
     hvd.shutdown()
 
 

@@ -97,7 +97,11 @@ void Lane::Loop() {
   const auto idle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
   const auto pending_wait = std::min<std::chrono::microseconds>(idle, kPendingNap);
   auto wait = idle;
+  const auto linger =
+      std::chrono::microseconds(static_cast<int64_t>(config_.linger_ms * 1000));
+  bool worked = false;  // the last cycle ran collectives
   while (true) {
+    if (worked && linger.count() > 0) queue_.SpinForWork(linger);
     queue_.WaitForWork(wait);
     if (abort_->is_set()) return Stop(abort_->status());
     seen_submissions_ = queue_.submissions();
@@ -142,7 +146,8 @@ void Lane::Loop() {
       if (placed.ok()) RunTimed(executor, group);
       else Executor::Fail(group, placed);
     }
-    if (!cycle.work.empty()) timeline_->Cycle(executed, Timeline::Clock::now(), cycle.work.size(), bytes);
+    worked = !cycle.work.empty();
+    if (worked) timeline_->Cycle(executed, Timeline::Clock::now(), cycle.work.size(), bytes);
   }
 }
 
