@@ -23,8 +23,9 @@ same run: the time per allreduce of the chain with the timeline off (the figure 
 raw MPI's blocking allreduce of the same bytes (mpi4py ``Allreduce``), and raw MPI's
 non-blocking bitwise-AND allreduce of 3 words completed with ``Wait`` (what one negotiation
 round trip costs MPI alone). ``--linger 0,0.05`` measures the chain with each
-KERASHVD_LINGER_TIME in turn, every round, side by side. Run it across nodes inside ``srun -N 2`` (tests/multinode_bench.py
-``--parts latency``); started alone it relaunches itself with ``kerashvdrun -np NP``.
+KERASHVD_LINGER_TIME in turn, every round, side by side. Run it across nodes inside ``srun -N
+2`` (tests/multinode_bench.py ``--parts latency``); started alone it relaunches itself with
+``kerashvdrun -np NP``.
 """
 
 import argparse
@@ -37,6 +38,7 @@ import tempfile
 import time
 
 from . import header
+from .allreduce_bench import _bytes
 
 # Engine phases read from each tensor's row, in the order they happen (kerashvd/timeline).
 PHASES = ["LAST_CYCLE", "QUEUE", "ALLREDUCE", "COMPLETE"]
@@ -45,7 +47,8 @@ PHASES = ["LAST_CYCLE", "QUEUE", "ALLREDUCE", "COMPLETE"]
 def _parse(argv):
     p = argparse.ArgumentParser(prog="python -m kerashvd.bench latency", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--np", type=int, default=2, help="ranks to start when not under MPI (default 2)")
+    p.add_argument("--np", type=int, default=2,
+                   help="ranks to start when not under MPI (default 2)")
     p.add_argument("--size", default="4K", help="bytes per allreduce (K/M suffixes; default 4K)")
     p.add_argument("--depth", type=int, default=20, help="allreduces chained per call (default 20)")
     p.add_argument("--calls", type=int, default=30,
@@ -61,12 +64,6 @@ def _parse(argv):
                    help="rounds, each timing every measure in turn; medians are reported "
                         "(default 5)")
     return p.parse_args(argv)
-
-
-def _bytes(text):
-    text = text.strip().upper()
-    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-    return int(float(text.rstrip("KM")) * scale)
 
 
 def phase_medians(events, prefix):
@@ -121,7 +118,9 @@ def run(args):
     from mpi4py import MPI
 
     lingers = [float(v) for v in args.linger.split(",")] if args.linger else [None]
-    init = lambda linger: hvd.init(**({} if linger is None else {"linger_ms": linger}))  # noqa: E731
+    def init(linger):
+        hvd.init(**({} if linger is None else {"linger_ms": linger}))
+
     init(lingers[0])
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()

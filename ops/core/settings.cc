@@ -26,7 +26,8 @@ const std::vector<SettingInfo>& Settings() {
        "submission this long (yielding its core between polls) before it sleeps: a collective "
        "submitted within it starts its negotiation without waiting for the thread to be woken "
        "(tens of microseconds per collective across nodes); 0: sleep at once, spending no "
-       "CPU time between collectives (e.g. when ranks outnumber cores)",
+       "CPU time between collectives (what ranks that share their cores need). Try 0.05 "
+       "where each rank has a core to spare",
        &Config::linger_ms, 1},
       {"cache_capacity", "KERASHVD_CACHE_CAPACITY", "", "--cache-capacity",
        SettingKind::kInteger, 0, "", 1, "",
