@@ -21,6 +21,9 @@ struct Config {
   // this rank (engine.h). A submitted tensor wakes it at once, so this never delays a
   // collective; it bounds how soon stalls and a peer's shutdown are noticed.
   double cycle_time_ms = 50.0;
+  // After a cycle that ran collectives, the background thread keeps polling its queue this
+  // long (yielding the core between polls) before it sleeps (lane.h "Lingering"); 0: never.
+  double linger_ms = 0.0;
   // Number of distinct tensor signatures remembered by the response cache; 0 disables it.
   int64_t cache_capacity = 1024;
   // A collective submitted by some ranks but not all for this long is reported (0: never).

@@ -79,6 +79,7 @@ struct WorkItem {
   Response response;
   std::optional<TensorEntry> entry;  // empty when this rank has joined and owns no entry
   std::chrono::steady_clock::time_point ready;  // when negotiation found it ready everywhere
+  std::chrono::steady_clock::time_point cycle_start;  // when that cycle began (set by the lane)
 };
 
 struct CycleResult {

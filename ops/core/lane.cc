@@ -97,15 +97,32 @@ void Lane::Loop() {
   const auto idle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
   const auto pending_wait = std::min<std::chrono::microseconds>(idle, kPendingNap);
   auto wait = idle;
+  const auto linger =
+      std::chrono::microseconds(static_cast<int64_t>(config_.linger_ms * 1000));
+  bool worked = false;  // the last cycle ran collectives
   while (true) {
+    if (worked && linger.count() > 0) queue_.SpinForWork(linger);
     queue_.WaitForWork(wait);
     if (abort_->is_set()) return Stop(abort_->status());
     seen_submissions_ = queue_.submissions();
     CycleResult cycle;
     std::deque<TensorEntry> incoming = queue_.TakeAll();
     pending_work_ = !incoming.empty() || controller_->has_pending() || controller_->joined();
+    const bool had_work = pending_work_;
+    const auto cycle_start = Timeline::Clock::now();
     Status status = controller_->RunCycle(std::move(incoming), shutdown_requested_, &cycle);
     if (!status.ok()) return Stop(status);
+    const WaitCounters waits = control_->TakeWaitCounters();
+    if (timeline_->active()) {
+      for (WorkItem& item : cycle.work) item.cycle_start = cycle_start;
+      if (had_work)
+        timeline_->Engine("NEGOTIATION", cycle_start, Timeline::Clock::now(),
+                          "\"tensors\": " + std::to_string(cycle.work.size()) +
+                              ", \"waits\": " + std::to_string(waits.waits) +
+                              ", \"polls\": " + std::to_string(waits.polls) +
+                              ", \"naps\": " + std::to_string(waits.naps) +
+                              ", \"napped_us\": " + std::to_string(waits.napped.count()));
+    }
     if (cycle.shutdown) return Stop(Status::Aborted(ShutdownMessage(cycle.shutdown_ranks)));
     if (!cycle.fatal_error.empty()) return Stop(Status::Aborted(cycle.fatal_error));
     // With work of its own still waiting for peers, meet them again almost at once: the cycle
@@ -129,7 +146,8 @@ void Lane::Loop() {
       if (placed.ok()) RunTimed(executor, group);
       else Executor::Fail(group, placed);
     }
-    if (!cycle.work.empty()) timeline_->Cycle(executed, Timeline::Clock::now(), cycle.work.size(), bytes);
+    worked = !cycle.work.empty();
+    if (worked) timeline_->Cycle(executed, Timeline::Clock::now(), cycle.work.size(), bytes);
   }
 }
 

@@ -27,6 +27,16 @@
 //   by its engine: with 2 ranks sharing 2 cores, every wake-up preempts a compute thread, and
 //   a cycle of about 1 ms slowed every training step by ~2%.
 //
+// Lingering (KERASHVD_LINGER_TIME, off by default): after a cycle that ran collectives, the
+// loop polls its queue for up to that long, yielding the core between polls, before it
+// sleeps. Collectives often come in runs (the next op of a graph is submitted microseconds
+// after the previous one completes), and a thread asleep on a condition variable takes tens
+// of microseconds to run again once woken: across two namespace nodes on one busy 2-core
+// machine (python -m kerashvd.bench latency) the median time from a submission to the start
+// of its negotiation was 46-244 us at 1 rank a node, 5 us at 2. Off by default because the
+// poll spends CPU time that ranks sharing their cores need, and on that machine no gain could
+// be told from its load; where every rank has a core to spare, 0.05 ms is a start.
+//
 // Shutdown is negotiated like a collective: the lane stops on every member in the same cycle,
 // the first one in which any member asks for it (RequestShutdown), and fails what is pending.
 #pragma once

@@ -20,6 +20,15 @@ const std::vector<SettingInfo>& Settings() {
        "sleep of the engine's background thread between negotiation cycles while nothing is "
        "pending on this rank; a submission wakes it at once",
        &Config::cycle_time_ms, 1},
+      {"linger_ms", "KERASHVD_LINGER_TIME", "", "--linger-time-ms", SettingKind::kNumber, 0,
+       "ms", 1, "ms",
+       "after a cycle that ran collectives, the engine's background thread polls for the next "
+       "submission this long (yielding its core between polls) before it sleeps: a collective "
+       "submitted within it starts its negotiation without waiting for the thread to be woken "
+       "(tens of microseconds per collective across nodes); 0: sleep at once, spending no "
+       "CPU time between collectives (what ranks that share their cores need). Try 0.05 "
+       "where each rank has a core to spare",
+       &Config::linger_ms, 1},
       {"cache_capacity", "KERASHVD_CACHE_CAPACITY", "", "--cache-capacity",
        SettingKind::kInteger, 0, "", 1, "",
        "negotiated tensor signatures remembered by the response cache; 0 disables it",

@@ -28,6 +28,9 @@ each in one SLURM job:
   directory of generated digits (tests/fixtures/datasets/mnist_tfds.py: 60000 training and 10000 test
   images unless ``--mnist-images`` says otherwise): each run's images/s (last epoch), the
   step time it gives and the final validation accuracy.
+- ``latency``, for each layout of ``--layouts``: ``srun ... python -m kerashvd.bench latency``:
+  a chain of 4 KiB allreduces in one tf.function, each engine phase's share of an allreduce
+  read from every rank's timeline, next to raw MPI's allreduce and negotiation round trip;
 - ``overlap``: ``srun -N 2 --ntasks-per-node=1 python -m kerashvd.bench overlap ...``: at 2
   nodes x 1 rank (the cores are not shared by two ranks of a node), the Keras step with the
   default gradient buckets next to compute only, allreduce only and one collective.
@@ -126,6 +129,15 @@ def run(cluster, args):
                                   "--hierarchical", args.hierarchical,
                                   *shlex.split(args.allreduce_args)],
                         f"allreduce bench at {rate}, {layout}", args.timeout)
+            if "latency" in parts:
+                for layout in layouts * args.passes:
+                    options = layout_options(layout)
+                    print(f"## links: {links}; layout {layout}: srun {' '.join(options)}; load "
+                          f"average {os.getloadavg()[0]:.2f} before the job", flush=True)
+                    failed += not run_part(
+                        cluster, [*SRUN, *options, python, "-m", "kerashvd.bench", "latency",
+                                  *shlex.split(args.latency_args)],
+                        f"latency bench at {rate}, {layout}", args.timeout)
             if "overlap" in parts:
                 print(f"## links: {links}; 2 nodes x 1 rank ({', '.join(cluster.nodes[:2])})",
                       flush=True)
@@ -217,7 +229,8 @@ def parser():
                         "(default 1gbit)")
     p.add_argument("--burst", default="256kb", help="tbf bucket size (default 256kb)")
     p.add_argument("--parts", default="allreduce,keras",
-                   help="allreduce, keras, overlap, compression, or several separated by commas "
+                   help="allreduce, latency, keras, overlap, compression, or several separated "
+                        "by commas "
                         "(default allreduce,keras)")
     p.add_argument("--layouts", default="2x1,2x2,2x2-cyclic,3x2,3x2-cyclic",
                    help="the allreduce part's layouts: NxL (N nodes x L ranks, in blocks) or "
@@ -240,6 +253,8 @@ def parser():
     p.add_argument("--mnist-args", default="--epochs 3 --warmup-epochs 1",
                    help="more arguments of recipes/mnist.py (default --epochs 3 "
                         "--warmup-epochs 1)")
+    p.add_argument("--latency-args", default="",
+                   help="more arguments of python -m kerashvd.bench latency")
     p.add_argument("--overlap-args", default="",
                    help="more arguments of python -m kerashvd.bench overlap")
     p.add_argument("--timeout", type=float, default=900,
@@ -251,7 +266,7 @@ def parser():
 def main(argv=None):
     args = parser().parse_args(argv)
     parts = args.parts.split(",")
-    layouts = (args.layouts.split(",") if "allreduce" in parts else []) + \
+    layouts = (args.layouts.split(",") if {"allreduce", "latency"} & set(parts) else []) + \
         (args.compression_layouts.split(",") if "compression" in parts else [])
     for layout in layouts:
         layout_options(layout)  # a bad layout fails here, before the cluster starts

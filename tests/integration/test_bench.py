@@ -78,3 +78,25 @@ def test_overlap_bench_prints_every_configuration_and_a_step_timeline():
     assert submitted <= ready <= start <= end, out
     assert re.search(r"^step ends +[\d.]+ +\(compute-only step: median [\d.]+\)$", out,
                      re.M), out
+
+
+def test_latency_bench_reads_every_engine_phase_of_every_rank():
+    # Two lingers, compared in every round: kerashvd is initialized again for each.
+    args = ["latency", "--calls", "2", "--rounds", "1", "--depth", "3", "--linger", "0,0.05"]
+    out = _run(args, timeout=600)
+    _check_header(out, args)
+    assert re.search(r"^# raw MPI: Allreduce of 4096 B [\d.]+ us; Iallreduce BAND", out,
+                     re.M), out
+    for linger in ("0", "0.05"):
+        assert re.search(rf"^# KERASHVD_LINGER_TIME={re.escape(linger)}: 3 allreduces of "
+                         r"4096 B chained .*: [\d.]+ us per allreduce", out, re.M), out
+    # Per linger, per rank: a mean and a median row with the six phases, all measured (a
+    # phase missing from the timeline would read nan), then the allreduces of the recorded
+    # round (2 calls x 3) and the negotiations with work pending.
+    number = r"(-?\d+\.\d)"
+    means = re.findall(rf"^ +(\d) +\S+ +mean +{' +'.join([number] * 6)} +(\d+) +(\d+) ", out,
+                       re.M)
+    medians = re.findall(rf"^ +(\d) +\S+ +median +{' +'.join([number] * 6)}$", out, re.M)
+    assert [r[0] for r in means] == ["0", "1", "0", "1"], out
+    assert len(medians) == 4, out
+    assert all(int(r[7]) == 6 and int(r[8]) >= 1 for r in means), out

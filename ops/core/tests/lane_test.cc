@@ -1,7 +1,8 @@
 // A whole Lane (lane.h) on a FakeWorld: its thread negotiates, fuses and runs collectives
 // through a LaneTransport of fakes, as it does through MpiGroup::MakeLaneTransport's in the wheel.
 // Covers a collective's result on every rank, a negotiated shutdown failing what is pending
-// with the name of the rank that asked, and the abort flag stopping the lane.
+// with the name of the rank that asked, the abort flag stopping the lane, and the linger
+// after a working cycle taking the next submission (and a shutdown) at once.
 #include <future>
 
 #include "../lane.h"
@@ -101,6 +102,51 @@ TEST_F(LaneTest, LaneShutdownFailsPendingWorkNamingTheRank) {
   EXPECT_CONTAINS(message, "kerashvd was shut down by rank(s) 1");
   EXPECT_CONTAINS(message, "pending on rank 0");
   EXPECT_EQ(after.message(), message);
+}
+
+TEST_F(LaneTest, LaneLingerTakesTheNextSubmissionAndShutdown) {
+  // A linger far longer than the test may take: a lane that did not end it on a submission
+  // (the next allreduce of a chain, submitted from the previous one's callback as TensorFlow
+  // does) or on the shutdown would not finish within kWait.
+  Config config;
+  config.linger_ms = 30000;
+  config.cycle_time_ms = 30000;
+  const int n = 2, links = 20;
+  FakeWorld world(n);
+  std::vector<std::vector<float>> out(n);
+  std::vector<int> completed(n, 0);
+  RunRanks(n, [&](int rank) {
+    LaneRank me(&world, rank, config);
+    auto last = std::make_shared<std::promise<Status>>();
+    std::vector<float> in{1.0f};
+    out[rank] = in;
+    std::function<void(int)> link = [&](int i) {
+      TensorEntry entry;
+      entry.request = MakeRequest("chain." + std::to_string(i), {1});
+      entry.inputs = {out[rank].data()};
+      entry.outputs = {out[rank].data()};
+      entry.done = [&, i](const Status& s, const CollectiveResult&) {
+        ++completed[rank];
+        if (!s.ok() || i + 1 == links) return last->set_value(s);
+        link(i + 1);
+      };
+      Status submitted = me.lane->Submit(std::move(entry));
+      if (!submitted.ok()) last->set_value(submitted);
+    };
+    link(0);
+    auto chain = last->get_future();
+    ASSERT_TRUE(chain.wait_for(kWait) == std::future_status::ready);
+    EXPECT_OK(chain.get());
+    auto stopped = std::async(std::launch::async, [&] {
+      me.lane->RequestShutdown();
+      me.lane->Join();
+    });
+    EXPECT_TRUE(stopped.wait_for(kWait) == std::future_status::ready);
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(completed[r], links);
+    EXPECT_EQ(out[r][0], 1048576.0f);  // doubled by each of the 20 allreduces
+  }
 }
 
 TEST_F(LaneTest, LaneAbortStopsItAndFailsWhatWaits) {
