@@ -24,8 +24,8 @@ raw MPI's blocking allreduce of the same bytes (mpi4py ``Allreduce``), and raw M
 non-blocking bitwise-AND allreduce of 3 words completed with ``Wait`` (what one negotiation
 round trip costs MPI alone). ``--linger 0,0.05`` measures the chain with each
 KERASHVD_LINGER_TIME in turn, every round, side by side. Run it across nodes inside ``srun -N
-2`` (tests/multinode_bench.py ``--parts latency``); started alone it relaunches itself with
-``kerashvdrun -np NP``.
+2`` (tests/integration/multinode_bench.py ``--parts latency``); started alone it relaunches
+itself with ``kerashvdrun -np NP``.
 """
 
 import argparse

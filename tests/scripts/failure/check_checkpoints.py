@@ -1,4 +1,4 @@
-"""Loads every checkpoint file in a directory and prints one JSON line (used by tests/test_resume.py).
+"""Loads every checkpoint file in a directory and prints one JSON line (used by tests/multiprocess/test_failures.py).
 
 Usage: ``python check_checkpoints.py CKPT_DIR``. Prints ``{"files": {name: iterations or
 error}, "record": the kerashvd_checkpoint.json record}``. A single process (size 1).

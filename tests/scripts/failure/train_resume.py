@@ -1,4 +1,4 @@
-"""A resumable data-parallel training script (used by tests/test_resume.py).
+"""A resumable data-parallel training script (used by tests/multiprocess/test_failures.py).
 
 Usage::
 
