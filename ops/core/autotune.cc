@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <iomanip>
+#include <cmath>
 
 namespace kerashvd {
 
@@ -98,8 +98,8 @@ void AutotuneLog::Trial(int32_t trial, int64_t start_cycle, const TunedSettings&
                         double score, bool chosen) {
   if (!file_.is_open()) return;
   file_ << trial << ',' << start_cycle << ',' << settings.fusion_threshold_bytes << ','
-        << settings.cycle_time_ms << ',' << std::fixed << std::setprecision(0) << score
-        << std::defaultfloat << ',' << (chosen ? 1 : 0) << '\n';
+        << settings.cycle_time_ms << ',' << std::llround(score) << ',' << (chosen ? 1 : 0)
+        << '\n';
   file_.flush();
 }
 

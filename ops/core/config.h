@@ -47,7 +47,7 @@ struct Config {
   std::string autotune_log_path;
   // Samples discarded at the start of each trial, and cycles with work in one sample.
   int64_t autotune_warmup_samples = 1;
-  int64_t autotune_steps_per_sample = 10;
+  int64_t autotune_steps_per_sample = 5;
   // Write a Chrome-trace timeline here from init() on ("" = none); see timeline.h.
   std::string timeline_path;
   int64_t timeline_max_bytes = 256LL * 1024 * 1024;
