@@ -44,6 +44,13 @@ struct Config {
   bool shm_allreduce = true;
   Hierarchical hierarchical_allreduce = Hierarchical::kAuto;
   Hierarchical hierarchical_allgather = Hierarchical::kAuto;
+  // Tune fusion_threshold_bytes and cycle_time_ms online during the first steps, then freeze
+  // them (autotune.h). The log of its trials goes to autotune_log_path ("" = none).
+  bool autotune = false;
+  std::string autotune_log_path;
+  // Samples discarded at the start of each trial, and cycles with work in one sample.
+  int64_t autotune_warmup_samples = 1;
+  int64_t autotune_steps_per_sample = 5;
   // Write a Chrome-trace timeline here from init() on ("" = none); see timeline.h.
   std::string timeline_path;
   int64_t timeline_max_bytes = 256LL * 1024 * 1024;

@@ -20,6 +20,8 @@
 //   4. Only if a flag asks for it: gather the queued Requests to rank 0, whose Coordinator
 //      decides, and broadcast its ResponseList. In steady state (every name cached) step 3 is
 //      the whole negotiation: one small allreduce per cycle.
+//      Rank 0 also forces this step when autotune has a decision to send (ProposeTune): it
+//      travels in the ResponseList, so every rank receives it in the same cycle.
 //   5. The cycle's work is the broadcast responses in the coordinator's order, then every slot
 //      that is ready (set on all ranks, and really submitted somewhere) in slot order. The
 //      signatures of ready slots are read before the list's evictions and insertions are
@@ -93,6 +95,8 @@ struct CycleResult {
   // Some rank has a collective of a process set pending on this (the world's) lane: the ranks
   // outside the set must keep cycling briefly, since the set cannot finish without them.
   bool set_work_pending = false;
+  // Autotune's decision, the same on every rank in the same cycle (autotune.h).
+  std::optional<TuneDecision> tune;
 };
 
 class Controller {
@@ -110,6 +114,9 @@ class Controller {
   // Whether entries submitted on this rank still wait for other ranks.
   bool has_pending() const { return !pending_.empty() || join_entry_.has_value(); }
   const ResponseCache& cache() const { return cache_; }
+  // Rank 0: sends `decision` to every rank with the next cycle's ResponseList, where
+  // CycleResult::tune returns it on every rank.
+  void ProposeTune(const TuneDecision& decision) { proposal_ = decision; }
 
  private:
   void Intake(std::deque<TensorEntry>& incoming);
@@ -140,6 +147,7 @@ class Controller {
   std::optional<TensorEntry> join_entry_;
   bool join_announced_ = false;
   bool coordinator_wants_broadcast_ = false;
+  std::optional<TuneDecision> proposal_;  // rank 0: autotune's decision still to send
 };
 
 }  // namespace kerashvd
