@@ -3,7 +3,7 @@
 Keras and TensorFlow change their internals between releases without notice, so kerashvd
 reaches them only here: each function's docstring names the internal, the versions it was
 checked on and the public alternative that was considered, and fails loudly (an error that
-names the internal) where it is gone. ``tests/test_private_api.py`` has one test per
+names the internal) where it is gone. ``tests/unit/test_private_api.py`` has one test per
 function. Checked on TensorFlow 2.21, Keras 3.15 and tf_keras 2.21 unless said otherwise.
 
 TensorFlow is imported by the functions that need it, never by this module (``tf_threads``

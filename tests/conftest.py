@@ -1,8 +1,8 @@
 """Shared fixtures, and the runner that reruns tests/parallel/ in fresh processes.
 
 Tests under tests/parallel/ are written for any world size: plain `pytest` runs them as one
-process (size 1), and tests/test_mpi_sizes.py reruns the same files under `mpiexec -n 2/3/4`;
-tests/test_keras2.py reruns those marked `keras` with Keras 2 (`TF_USE_LEGACY_KERAS=1`).
+process (size 1), and tests/multiprocess/test_mpi_sizes.py reruns the same files under `mpiexec -n 2/3/4`;
+tests/multiprocess/test_keras2.py reruns those marked `keras` with Keras 2 (`TF_USE_LEGACY_KERAS=1`).
 Every rank runs the same tests in the same order, so collectives line up; a rank that fails
 an assertion does so after its collectives, and the stall shutdown time set for those runs
 turns any mismatch into an error instead of a hang.
@@ -20,9 +20,10 @@ import pytest  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The `slurm_cluster` fixture: a real one-host SLURM cluster (tests/slurm_cluster.py); small
-# real data sets for the recipes (tests/datasets/fixtures.py).
-pytest_plugins = ["slurm_cluster", "multinode_cluster", "datasets.fixtures"]
+# The `slurm_cluster` fixture: a real one-host SLURM cluster (tests/fixtures/slurm_cluster.py); small
+# real data sets for the recipes (tests/fixtures/datasets/fixtures.py).
+pytest_plugins = ["fixtures.slurm_cluster", "fixtures.multinode_cluster",
+                  "fixtures.datasets.fixtures"]
 
 
 _SEGMENTS_AT_START = set()

@@ -3,6 +3,8 @@
 ``python -m kerashvd.bench elastic``: what elastic commits cost a step (see elastic_bench).
 ``python -m kerashvd.bench overlap``: how much gradient reduction hides behind backprop
 (see overlap_bench).
+``python -m kerashvd.bench latency``: where a small allreduce's time goes, engine phase by
+phase, next to raw MPI (see latency_bench).
 
 Started without an MPI launcher it relaunches itself with ``kerashvdrun -np NP`` (default 2).
 Each benchmark's output opens with '#' lines that record the run: date and time (UTC), host,
@@ -24,7 +26,7 @@ the hierarchical collectives side by side with raw MPI, kerashvd being initializ
 mode in each round, with the bytes each node sends across its link per allreduce, the path
 auto chose and how close it came to the faster of off and on (see hierarchy_bench; run it
 across nodes, e.g. inside ``srun -N 2``; on one host every mode is flat).
-tests/multinode_bench.py runs it on the multi-node test cluster with shaped links.
+tests/integration/multinode_bench.py runs it on the multi-node test cluster with shaped links.
 """
 
 import argparse
@@ -65,6 +67,10 @@ def main(argv=None):
         from .overlap_bench import main as overlap_main
 
         return overlap_main(argv[1:])
+    if argv[:1] == ["latency"]:
+        from .latency_bench import main as latency_main
+
+        return latency_main(argv[1:])
     if argv[:1] == ["elastic"]:
         from .elastic_bench import main as elastic_main
 

@@ -27,6 +27,11 @@ Across nodes: ``--launcher "srun --mpi=pmi2 -N 2 --ntasks-per-node=2"`` starts t
 runs (hvdN, sync) with that command instead of ``mpiexec -n N``, and ``--hierarchical off,on``
 runs hvdN once per mode of the hierarchical collectives (KERASHVD_HIERARCHICAL_ALLREDUCE and
 _ALLGATHER), each with its own scaling efficiency.
+
+Engine settings side by side: ``--settings "KERASHVD_FUSION_THRESHOLD=1048576;KERASHVD_AUTOTUNE=1"``
+runs hvdN once per variant (``;`` between variants, ``,`` between a variant's variables), e.g.
+hand-picked settings against autotune; give ``--warmup`` at least the steps autotune takes, so
+that the timed steps run with the settings it froze.
 """
 
 import argparse
@@ -194,6 +199,10 @@ def main(argv=None):
     p.add_argument("--hierarchical", default="",
                    help="run the N-rank kerashvd configuration once per hierarchical mode, "
                         "e.g. 'off,on' (default: once, with the environment's settings)")
+    p.add_argument("--settings", default="",
+                   help="run the N-rank kerashvd configuration once per variant of engine "
+                        "variables: variants separated by ';', a variant's VAR=VALUE by ',', "
+                        "e.g. 'KERASHVD_FUSION_THRESHOLD=0;KERASHVD_AUTOTUNE=1'")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds each run may take before it is stopped and the benchmark fails "
                         "(default: no limit)")
@@ -211,16 +220,16 @@ def main(argv=None):
           "--image-size", str(args.image_size)]
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     launcher = shlex.split(args.launcher) if args.launcher else [mpiexec, "-n", str(args.np)]
-    modes = [m.strip() for m in args.hierarchical.split(",") if m.strip()]
+    variants = _variants(args.hierarchical, args.settings)
+    modes = [label for label, _ in variants]
     many = [f"hvd{args.np}"] if not modes else [f"hvd{args.np}.{m}" for m in modes]
     configs = {} if args.no_baselines else {"plain": me + ["--worker", "plain"]}
     configs["hvd1"] = me + ["--worker", "hvd"]
     envs = {}
-    for name, mode in zip(many, modes or [None]):
+    for name, (_, env) in zip(many, variants or [(None, None)]):
         configs[name] = launcher + me + ["--worker", "hvd"]
-        if mode:
-            envs[name] = {"KERASHVD_HIERARCHICAL_ALLREDUCE": mode,
-                          "KERASHVD_HIERARCHICAL_ALLGATHER": mode}
+        if env:
+            envs[name] = env
     if not args.no_baselines:
         configs["sync"] = launcher + me + ["--worker", "sync"]
     # Same TensorFlow allocator for every configuration (kerashvd turns TF's pooling CPU
@@ -256,7 +265,7 @@ def main(argv=None):
         print(f"kerashvd, 1 rank            {one:9.1f} images/s   overhead "
               f"{100 * (1 - one / plain):5.1f}%")
     for name, mode in zip(many, modes or [None]):
-        label = f"kerashvd, {args.np} ranks" + (f", hierarchical {mode}" if mode else "")
+        label = f"kerashvd, {args.np} ranks" + (f", {mode}" if mode else "")
         print(f"{label:<28}{best[name]:9.1f} images/s   scaling efficiency "
               f"{100 * best[name] / (args.np * one):5.1f}%")
     if not args.no_baselines:
@@ -277,6 +286,24 @@ def main(argv=None):
         print(f"per round, {label}: " + " / ".join(f"{v:.1f}%" for v in values)
               + f" (median {statistics.median(values):.1f}%)")
     return 0
+
+
+def _variants(hierarchical, settings):
+    """The N-rank runs' (label, environment) pairs of --hierarchical and --settings."""
+    variants = []
+    for mode in (m.strip() for m in hierarchical.split(",")):
+        if mode:
+            variants.append((f"hierarchical {mode}", {"KERASHVD_HIERARCHICAL_ALLREDUCE": mode,
+                                                      "KERASHVD_HIERARCHICAL_ALLGATHER": mode}))
+    for variant in (v.strip() for v in settings.split(";")):
+        if not variant:
+            continue
+        pairs = [item.split("=", 1) for item in variant.split(",")]
+        if any(len(pair) != 2 or not pair[0].strip() for pair in pairs):
+            raise SystemExit(f"--settings: expected VAR=VALUE[,VAR=VALUE...] in each variant; "
+                             f"received: {variant!r}")
+        variants.append((variant, {k.strip(): v.strip() for k, v in pairs}))
+    return variants
 
 
 def _print_baselines(ranks, best, plain, many, modes):

@@ -29,7 +29,7 @@ when it was reduced, in ms from the step's start.
 
 Run it under a launcher (``kerashvdrun -np 2``; across nodes ``srun -N 2
 --ntasks-per-node=1``); started alone it relaunches itself with ``kerashvdrun -np NP``.
-tests/multinode_bench.py runs it on the 2-node test cluster with shaped links
+tests/integration/multinode_bench.py runs it on the 2-node test cluster with shaped links
 (``--parts overlap``).
 """
 

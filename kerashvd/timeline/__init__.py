@@ -2,9 +2,11 @@
 
 Start it with ``KERASHVD_TIMELINE=path.json`` (from ``init()`` on) or
 ``kerashvd.start_timeline(path)``; open the file in https://ui.perfetto.dev or
-chrome://tracing. Each tensor gets a row with its phases (NEGOTIATE, QUEUE,
-MEMCPY_IN_FUSION_BUFFER, ALLREDUCE or the other collective, MEMCPY_OUT_FUSION_BUFFER); row 0
-shows the engine's working cycles. The file is valid JSON at all times, also after a crash.
+chrome://tracing. Each tensor gets a row with its phases (NEGOTIATE, and inside it LAST_CYCLE,
+the round trip of the negotiation that found it ready; QUEUE, MEMCPY_IN_FUSION_BUFFER,
+ALLREDUCE or the other collective, MEMCPY_OUT_FUSION_BUFFER, COMPLETE: its op's completion);
+row 0 shows the engine's working cycles (CYCLE) and its negotiations with work pending
+(NEGOTIATION, with the polls and naps of their waits). The file is valid JSON at all times, also after a crash.
 
 ``python -m kerashvd.timeline path.json`` prints a table of time per phase.
 """
@@ -68,9 +70,11 @@ def phase_totals(events):
 def summarize(path, out=sys.stdout):
     """Prints time per phase, largest first, for a timeline file."""
     totals = phase_totals(load(path))
-    grand = sum(t for name, (_, t) in totals.items() if name != "CYCLE") or 1
+    # Row 0's events and LAST_CYCLE (inside NEGOTIATE) would count time twice.
+    apart = ("CYCLE", "NEGOTIATION", "LAST_CYCLE")
+    grand = sum(t for name, (_, t) in totals.items() if name not in apart) or 1
     print(f"{'phase':<26} {'events':>8} {'total ms':>10} {'share':>7}", file=out)
     for name, (count, total) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
-        share = "" if name == "CYCLE" else f"{100.0 * total / grand:6.1f}%"
+        share = "" if name in apart else f"{100.0 * total / grand:6.1f}%"
         print(f"{name:<26} {count:>8} {total / 1000:>10.3f} {share:>7}", file=out)
 

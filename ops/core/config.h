@@ -21,6 +21,9 @@ struct Config {
   // this rank (engine.h). A submitted tensor wakes it at once, so this never delays a
   // collective; it bounds how soon stalls and a peer's shutdown are noticed.
   double cycle_time_ms = 50.0;
+  // After a cycle that ran collectives, the background thread keeps polling its queue this
+  // long (yielding the core between polls) before it sleeps (lane.h "Lingering"); 0: never.
+  double linger_ms = 0.0;
   // Number of distinct tensor signatures remembered by the response cache; 0 disables it.
   int64_t cache_capacity = 1024;
   // A collective submitted by some ranks but not all for this long is reported (0: never).
@@ -41,6 +44,13 @@ struct Config {
   bool shm_allreduce = true;
   Hierarchical hierarchical_allreduce = Hierarchical::kAuto;
   Hierarchical hierarchical_allgather = Hierarchical::kAuto;
+  // Tune fusion_threshold_bytes and cycle_time_ms online during the first steps, then freeze
+  // them (autotune.h). The log of its trials goes to autotune_log_path ("" = none).
+  bool autotune = false;
+  std::string autotune_log_path;
+  // Samples discarded at the start of each trial, and cycles with work in one sample.
+  int64_t autotune_warmup_samples = 1;
+  int64_t autotune_steps_per_sample = 5;
   // Write a Chrome-trace timeline here from init() on ("" = none); see timeline.h.
   std::string timeline_path;
   int64_t timeline_max_bytes = 256LL * 1024 * 1024;

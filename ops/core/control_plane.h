@@ -23,6 +23,15 @@ using Idler = std::function<bool(std::chrono::microseconds)>;
 // spins nor polls often (see MpiControlPlane).
 using Urgency = std::function<bool()>;
 
+// What the waits of a control plane's calls cost, summed until taken (the timeline shows them
+// per cycle): calls waited for, polls of the transport, naps and their total length.
+struct WaitCounters {
+  int64_t waits = 0;
+  int64_t polls = 0;
+  int64_t naps = 0;
+  std::chrono::microseconds napped{0};
+};
+
 class ControlPlane {
  public:
   virtual ~ControlPlane() = default;
@@ -36,10 +45,17 @@ class ControlPlane {
   virtual Status GatherToRoot(const std::string& send, std::vector<std::string>* received) = 0;
   // Rank 0's `data` replaces `data` on every other rank.
   virtual Status BroadcastFromRoot(std::string* data) = 0;
+  // The counters since the last call (lane thread only).
+  WaitCounters TakeWaitCounters() {
+    WaitCounters taken = counters_;
+    counters_ = WaitCounters();
+    return taken;
+  }
 
  protected:
   Idler idler_;
   Urgency urgency_;
+  WaitCounters counters_;  // kept by the implementation's waits
 };
 
 }  // namespace kerashvd

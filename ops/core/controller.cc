@@ -122,7 +122,7 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   if (set_work) flags |= kSetWorkPending;
   if (!uncached.empty()) flags |= kHasUncached;
   if (shutdown_requested) flags |= kShutdown;
-  if (coordinator_wants_broadcast_) flags |= kCoordinatorBroadcast;
+  if (coordinator_wants_broadcast_ || proposal_) flags |= kCoordinatorBroadcast;
   for (size_t i = width; i < 2 * width; ++i) words[i] = ~words[i];
   words[2 * width] = ~flags;
   // Which ranks ask to shut down, OR-ed like the flags, so the others can name them.
@@ -161,7 +161,10 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
         KERASHVD_RETURN_IF_ERROR(ParseRequests(from_rank, &requests));
         for (const Request& r : requests) coordinator_->Ingest(r, now);
       }
-      bytes = SerializeResponses(coordinator_->Decide(now));
+      ResponseList decided = coordinator_->Decide(now);
+      decided.tune = proposal_;
+      proposal_.reset();
+      bytes = SerializeResponses(decided);
     }
     KERASHVD_RETURN_IF_ERROR(control_->BroadcastFromRoot(&bytes));
     KERASHVD_RETURN_IF_ERROR(ParseResponses(bytes, &list));
@@ -171,6 +174,7 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
     out->fatal_error = list.fatal_error;
     return Status::Ok();
   }
+  out->tune = list.tune;
 
   // Step 5: the work list, identical on every rank.
   std::vector<Response> work = std::move(list.responses);

@@ -20,6 +20,8 @@
 //   4. Only if a flag asks for it: gather the queued Requests to rank 0, whose Coordinator
 //      decides, and broadcast its ResponseList. In steady state (every name cached) step 3 is
 //      the whole negotiation: one small allreduce per cycle.
+//      Rank 0 also forces this step when autotune has a decision to send (ProposeTune): it
+//      travels in the ResponseList, so every rank receives it in the same cycle.
 //   5. The cycle's work is the broadcast responses in the coordinator's order, then every slot
 //      that is ready (set on all ranks, and really submitted somewhere) in slot order. The
 //      signatures of ready slots are read before the list's evictions and insertions are
@@ -51,7 +53,8 @@
 // makes no calls of its own until the join ends. The error names the name, the ranks and
 // their counts, and the fixes. Calls of one name that never overlap on any rank are paired
 // in each rank's order, which is the program's order in one thread but not across threads:
-// that case cannot be detected, and names shared between threads must be avoided (README).
+// that case cannot be detected, and names shared between threads must be avoided
+// (docs/collectives.md).
 //
 // Invariants: every rank runs the same number of cycles (each has a collective), applies the
 // same lists in the same order, and so holds the same cache and produces the same work list.
@@ -78,6 +81,7 @@ struct WorkItem {
   Response response;
   std::optional<TensorEntry> entry;  // empty when this rank has joined and owns no entry
   std::chrono::steady_clock::time_point ready;  // when negotiation found it ready everywhere
+  std::chrono::steady_clock::time_point cycle_start;  // when that cycle began (set by the lane)
 };
 
 struct CycleResult {
@@ -91,6 +95,8 @@ struct CycleResult {
   // Some rank has a collective of a process set pending on this (the world's) lane: the ranks
   // outside the set must keep cycling briefly, since the set cannot finish without them.
   bool set_work_pending = false;
+  // Autotune's decision, the same on every rank in the same cycle (autotune.h).
+  std::optional<TuneDecision> tune;
 };
 
 class Controller {
@@ -108,6 +114,9 @@ class Controller {
   // Whether entries submitted on this rank still wait for other ranks.
   bool has_pending() const { return !pending_.empty() || join_entry_.has_value(); }
   const ResponseCache& cache() const { return cache_; }
+  // Rank 0: sends `decision` to every rank with the next cycle's ResponseList, where
+  // CycleResult::tune returns it on every rank.
+  void ProposeTune(const TuneDecision& decision) { proposal_ = decision; }
 
  private:
   void Intake(std::deque<TensorEntry>& incoming);
@@ -138,6 +147,7 @@ class Controller {
   std::optional<TensorEntry> join_entry_;
   bool join_announced_ = false;
   bool coordinator_wants_broadcast_ = false;
+  std::optional<TuneDecision> proposal_;  // rank 0: autotune's decision still to send
 };
 
 }  // namespace kerashvd

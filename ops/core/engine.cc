@@ -22,6 +22,7 @@ Status Engine::Create(const Config& config, const WorldFactory& make_world,
   e->world_ = std::make_unique<Lane>(0, e->world_group_->MakeLaneTransport(config, "", 0), ranks,
                                      config, &e->abort_, &e->timeline_,
                                      Lane::WorldParts{e->registry_.get(), e->router_.get()});
+  if (config.autotune) KERASHVD_RETURN_IF_ERROR(e->world_->EnableAutotune(config.autotune_log_path));
   if (!config.timeline_path.empty())
     KERASHVD_RETURN_IF_ERROR(e->StartTimeline(config.timeline_path, config.timeline_max_bytes));
   const bool single_host = e->topology_.local_size == e->topology_.size;

@@ -77,6 +77,8 @@ void Executor::Run(std::vector<WorkItem*>& group) {
     for (WorkItem* item : group) {
       const std::string name = timeline_prefix_ + item->response.request.name;
       if (item->entry) timeline_->Phase(name, "NEGOTIATE", item->entry->submitted, item->ready);
+      if (item->entry && item->cycle_start > item->entry->submitted)
+        timeline_->Phase(name, "LAST_CYCLE", item->cycle_start, item->ready);
       timeline_->Phase(name, "QUEUE", item->ready, start);
     }
   // Inputs produced asynchronously (on a GPU stream) must be complete before they are read.
@@ -92,8 +94,10 @@ void Executor::Run(std::vector<WorkItem*>& group) {
   const Response& response = group.front()->response;
   if (response.kind == Response::Kind::kExecute && response.request.op_type != OpType::kAllreduce)
     Mark(group, CollectivePhase(response.request.op_type), start);
+  const auto executed = Timeline::Clock::now();
   for (WorkItem* item : group)
     if (item->entry && item->entry->done) item->entry->done(status, result);
+  if (timeline_->active()) Mark(group, "COMPLETE", executed);
 }
 
 Status Executor::Execute(std::vector<WorkItem*>& group, CollectiveResult* result) {

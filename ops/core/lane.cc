@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "fusion.h"
+#include "logging.h"
 
 namespace kerashvd {
 
@@ -19,7 +20,9 @@ Lane::Lane(int id, LaneTransport transport, std::vector<int> world_ranks, const 
       huge_pages_(std::move(transport.huge_pages)),
       control_(std::move(transport.control)),
       host_memory_(config.huge_pages),
-      router_(world.router) {
+      router_(world.router),
+      fusion_threshold_(config.fusion_threshold_bytes),
+      idle_(static_cast<int64_t>(config.cycle_time_ms * 1000)) {
   auto timed = std::make_unique<TimedBackend>(std::move(transport.backend), &stats_);
   timed_backend_ = timed.get();
   backend_ = std::move(timed);
@@ -47,6 +50,38 @@ Lane::Lane(int id, LaneTransport transport, std::vector<int> world_ranks, const 
 Lane::~Lane() {
   RequestShutdown();
   Join();
+}
+
+Status Lane::EnableAutotune(const std::string& log_path) {
+  KERASHVD_RETURN_IF_ERROR(AutotuneLog::Open(log_path, world_ranks_[control_->rank()], &tune_log_));
+  autotune_ = true;
+  trial_settings_ = {config_.fusion_threshold_bytes, config_.cycle_time_ms};
+  if (control_->rank() == 0) tuner_ = std::make_unique<Tuner>(config_, Tuner::Clock::now());
+  return Status::Ok();
+}
+
+void Lane::ApplyTune(const TuneDecision& decision) {
+  trial_scores_.push_back(decision.ended_score);
+  tune_log_.Trial(trial_, trial_start_cycle_, trial_settings_, decision.ended_score, false);
+  if (decision.final) {
+    const double score = static_cast<size_t>(decision.trial) < trial_scores_.size()
+                             ? trial_scores_[decision.trial] : 0.0;
+    tune_log_.Trial(decision.trial, cycles_, decision.settings, score, true);
+    if (control_->rank() == 0) {
+      std::ostringstream msg;
+      msg << "autotune chose fusion threshold " << decision.settings.fusion_threshold_bytes
+          << " bytes and cycle time " << decision.settings.cycle_time_ms << " ms (trial "
+          << decision.trial << " of " << trial_scores_.size() << ", "
+          << score / (1 << 20) << " MiB/s)";
+      LogInfo(world_ranks_[0], msg.str());
+    }
+  }
+  trial_ = decision.trial;
+  trial_start_cycle_ = cycles_;
+  trial_settings_ = decision.settings;
+  fusion_threshold_ = decision.settings.fusion_threshold_bytes;
+  idle_ = std::chrono::microseconds(static_cast<int64_t>(decision.settings.cycle_time_ms * 1000));
+  if (tuner_) tuner_->Applied(Tuner::Clock::now());
 }
 
 void Lane::Start() {
@@ -94,30 +129,47 @@ std::string Lane::ShutdownMessage(const std::vector<int>& ranks) const {
 }
 
 void Lane::Loop() {
-  const auto idle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
-  const auto pending_wait = std::min<std::chrono::microseconds>(idle, kPendingNap);
-  auto wait = idle;
+  auto wait = idle_;
+  const auto linger =
+      std::chrono::microseconds(static_cast<int64_t>(config_.linger_ms * 1000));
+  bool worked = false;  // the last cycle ran collectives
   while (true) {
+    if (worked && linger.count() > 0) queue_.SpinForWork(linger);
     queue_.WaitForWork(wait);
     if (abort_->is_set()) return Stop(abort_->status());
     seen_submissions_ = queue_.submissions();
     CycleResult cycle;
     std::deque<TensorEntry> incoming = queue_.TakeAll();
     pending_work_ = !incoming.empty() || controller_->has_pending() || controller_->joined();
+    const bool had_work = pending_work_;
+    const auto cycle_start = Timeline::Clock::now();
     Status status = controller_->RunCycle(std::move(incoming), shutdown_requested_, &cycle);
     if (!status.ok()) return Stop(status);
+    const WaitCounters waits = control_->TakeWaitCounters();
+    if (timeline_->active()) {
+      for (WorkItem& item : cycle.work) item.cycle_start = cycle_start;
+      if (had_work)
+        timeline_->Engine("NEGOTIATION", cycle_start, Timeline::Clock::now(),
+                          "\"tensors\": " + std::to_string(cycle.work.size()) +
+                              ", \"waits\": " + std::to_string(waits.waits) +
+                              ", \"polls\": " + std::to_string(waits.polls) +
+                              ", \"naps\": " + std::to_string(waits.naps) +
+                              ", \"napped_us\": " + std::to_string(waits.napped.count()));
+    }
     if (cycle.shutdown) return Stop(Status::Aborted(ShutdownMessage(cycle.shutdown_ranks)));
     if (!cycle.fatal_error.empty()) return Stop(Status::Aborted(cycle.fatal_error));
+    ++cycles_;
+    if (cycle.tune && autotune_) ApplyTune(*cycle.tune);
     // With work of its own still waiting for peers, meet them again almost at once: the cycle
     // that finds everything ready then starts within ~kPendingNap of the last submission.
     // Otherwise back off, whatever the other ranks have pending: they can only be waiting for
     // a submission of this rank, and that wakes the loop at once.
     wait = controller_->has_pending() || controller_->joined() || cycle.set_work_pending
-               ? pending_wait : idle;
+               ? std::min<std::chrono::microseconds>(idle_, kPendingNap) : idle_;
 
     const auto executed = Timeline::Clock::now();
     int64_t bytes = 0;
-    for (std::vector<size_t>& indices : PlanFusion(cycle.work, config_.fusion_threshold_bytes)) {
+    for (std::vector<size_t>& indices : PlanFusion(cycle.work, fusion_threshold_)) {
       std::vector<WorkItem*> group;
       for (size_t i : indices) {
         group.push_back(&cycle.work[i]);
@@ -129,7 +181,12 @@ void Lane::Loop() {
       if (placed.ok()) RunTimed(executor, group);
       else Executor::Fail(group, placed);
     }
-    if (!cycle.work.empty()) timeline_->Cycle(executed, Timeline::Clock::now(), cycle.work.size(), bytes);
+    worked = !cycle.work.empty();
+    if (worked) timeline_->Cycle(executed, Timeline::Clock::now(), cycle.work.size(), bytes);
+    if (tuner_ && bytes > 0) {
+      if (std::optional<TuneDecision> next = tuner_->Observe(bytes, Tuner::Clock::now()))
+        controller_->ProposeTune(*next);
+    }
   }
 }
 

@@ -27,6 +27,16 @@
 //   by its engine: with 2 ranks sharing 2 cores, every wake-up preempts a compute thread, and
 //   a cycle of about 1 ms slowed every training step by ~2%.
 //
+// Lingering (KERASHVD_LINGER_TIME, off by default): after a cycle that ran collectives, the
+// loop polls its queue for up to that long, yielding the core between polls, before it
+// sleeps. Collectives often come in runs (the next op of a graph is submitted microseconds
+// after the previous one completes), and a thread asleep on a condition variable takes tens
+// of microseconds to run again once woken: across two namespace nodes on one busy 2-core
+// machine (python -m kerashvd.bench latency) the median time from a submission to the start
+// of its negotiation was 46-244 us at 1 rank a node, 5 us at 2. Off by default because the
+// poll spends CPU time that ranks sharing their cores need, and on that machine no gain could
+// be told from its load; where every rank has a core to spare, 0.05 ms is a start.
+//
 // Shutdown is negotiated like a collective: the lane stops on every member in the same cycle,
 // the first one in which any member asks for it (RequestShutdown), and fails what is pending.
 #pragma once
@@ -40,6 +50,7 @@
 #include <vector>
 
 #include "abort_flag.h"
+#include "autotune.h"
 #include "backend/backend.h"
 #include "config.h"
 #include "control_plane.h"
@@ -83,6 +94,10 @@ class Lane {
   const std::vector<int>& world_ranks() const { return world_ranks_; }
   int id() const { return id_; }
 
+  // Before Start(), world lane only: tune the fusion threshold and cycle time (autotune.h);
+  // rank 0 searches, every rank applies its decisions and logs the trials to `log_path` (see
+  // AutotuneLog::Open for which ranks write). Fails when the log cannot be written.
+  Status EnableAutotune(const std::string& log_path);
   void Start();
   // On error (lane stopped) `entry.done` is not called; the caller reports the Status itself.
   Status Submit(TensorEntry entry);
@@ -99,6 +114,8 @@ class Lane {
   // Runs a group on `executor` and records its collectives for the straggler report.
   void RunTimed(Executor* executor, std::vector<WorkItem*>& group);
   void Stop(const Status& reason);
+  // Applies autotune's decision of this cycle (every rank, same cycle) and logs the trial.
+  void ApplyTune(const TuneDecision& decision);
   std::string ShutdownMessage(const std::vector<int>& ranks) const;
 
   const int id_;
@@ -118,6 +135,19 @@ class Lane {
   TensorQueue queue_;
   uint64_t seen_submissions_ = 0;  // lane thread only
   bool pending_work_ = false;      // lane thread only: this cycle carries work
+  // Lane thread only: the settings the cycles run with (autotune changes them), and the
+  // cycles run so far, which every member counts alike.
+  int64_t fusion_threshold_;
+  std::chrono::microseconds idle_;
+  int64_t cycles_ = 0;
+  // Autotune (world lane only): the search (rank 0), the trial running and its log.
+  std::unique_ptr<Tuner> tuner_;
+  bool autotune_ = false;
+  AutotuneLog tune_log_;
+  int32_t trial_ = 0;
+  int64_t trial_start_cycle_ = 0;
+  TunedSettings trial_settings_;
+  std::vector<double> trial_scores_;
   std::thread thread_;
   std::atomic<bool> shutdown_requested_{false};
   std::mutex state_mutex_;

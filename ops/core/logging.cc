@@ -9,4 +9,9 @@ void LogWarning(int rank, const std::string& message) {
   std::fflush(stderr);
 }
 
+void LogInfo(int rank, const std::string& message) {
+  std::fprintf(stderr, "[kerashvd rank %d] %s\n", rank, message.c_str());
+  std::fflush(stderr);
+}
+
 }  // namespace kerashvd

@@ -6,5 +6,6 @@
 namespace kerashvd {
 
 void LogWarning(int rank, const std::string& message);
+void LogInfo(int rank, const std::string& message);
 
 }  // namespace kerashvd

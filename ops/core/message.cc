@@ -139,6 +139,14 @@ std::string SerializeResponses(const ResponseList& list) {
     w.Put<uint8_t>(r.any_joined ? 1 : 0);
     w.Put<int32_t>(r.overlap_calls);
   }
+  w.Put<uint8_t>(list.tune ? 1 : 0);
+  if (list.tune) {
+    w.Put<int32_t>(list.tune->trial);
+    w.Put<int64_t>(list.tune->settings.fusion_threshold_bytes);
+    w.Put<double>(list.tune->settings.cycle_time_ms);
+    w.Put<uint8_t>(list.tune->final ? 1 : 0);
+    w.Put<double>(list.tune->ended_score);
+  }
   return w.Take();
 }
 
@@ -160,6 +168,17 @@ Status ParseResponses(const std::string& bytes, ResponseList* list) {
       return Status::Internal("corrupt response in response list");
     r.kind = static_cast<Response::Kind>(kind);
     r.any_joined = joined != 0;
+  }
+  uint8_t has_tune;
+  if (!rd.Get(&has_tune)) return Status::Internal("corrupt response list");
+  if (has_tune) {
+    TuneDecision d;
+    uint8_t final;
+    if (!rd.Get(&d.trial) || !rd.Get(&d.settings.fusion_threshold_bytes) ||
+        !rd.Get(&d.settings.cycle_time_ms) || !rd.Get(&final) || !rd.Get(&d.ended_score))
+      return Status::Internal("corrupt autotune decision in response list");
+    d.final = final != 0;
+    list->tune = d;
   }
   return rd.done() ? Status::Ok() : Status::Internal("trailing bytes in response list");
 }

@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "autotune.h"
 #include "status.h"
 #include "types.h"
 
@@ -84,6 +86,8 @@ struct ResponseList {
   std::vector<int32_t> evict_slots;  // applied before the responses' cache insertions
   std::vector<Response> responses;
   std::string fatal_error;           // non-empty: the engine stops on every rank with this
+  // Autotune's next settings, applied by every rank after this cycle's negotiation (autotune.h).
+  std::optional<TuneDecision> tune;
 };
 
 std::string SerializeRequests(const std::vector<Request>& requests);

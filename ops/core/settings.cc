@@ -20,6 +20,15 @@ const std::vector<SettingInfo>& Settings() {
        "sleep of the engine's background thread between negotiation cycles while nothing is "
        "pending on this rank; a submission wakes it at once",
        &Config::cycle_time_ms, 1},
+      {"linger_ms", "KERASHVD_LINGER_TIME", "", "--linger-time-ms", SettingKind::kNumber, 0,
+       "ms", 1, "ms",
+       "after a cycle that ran collectives, the engine's background thread polls for the next "
+       "submission this long (yielding its core between polls) before it sleeps: a collective "
+       "submitted within it starts its negotiation without waiting for the thread to be woken "
+       "(tens of microseconds per collective across nodes); 0: sleep at once, spending no "
+       "CPU time between collectives (what ranks that share their cores need). Try 0.05 "
+       "where each rank has a core to spare",
+       &Config::linger_ms, 1},
       {"cache_capacity", "KERASHVD_CACHE_CAPACITY", "", "--cache-capacity",
        SettingKind::kInteger, 0, "", 1, "",
        "negotiated tensor signatures remembered by the response cache; 0 disables it",
@@ -68,6 +77,28 @@ const std::vector<SettingInfo>& Settings() {
        "nodes, broadcast within each node. on and auto: where there are several nodes and a "
        "node runs several ranks; off: never",
        &Config::hierarchical_allgather, 1},
+      {"autotune", "KERASHVD_AUTOTUNE", "HOROVOD_AUTOTUNE", "--autotune", SettingKind::kSwitch,
+       0, "", 1, "",
+       "1: during the first steps, try fusion thresholds and cycle times on the world's "
+       "collectives, measuring their throughput, then keep the best (rank 0 decides, every "
+       "rank applies each trial in the same cycle; results never change); 0: use the "
+       "settings as given",
+       &Config::autotune, 1},
+      {"autotune_log_file", "KERASHVD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG",
+       "--autotune-log-file", SettingKind::kPath, 0, "", 1, "",
+       "CSV file of autotune's trials (settings, bytes per second, the chosen one), written by "
+       "rank 0 (by every rank if the path contains {rank}); empty: none",
+       &Config::autotune_log_path, 1},
+      {"autotune_warmup_samples", "KERASHVD_AUTOTUNE_WARMUP_SAMPLES",
+       "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "--autotune-warmup-samples", SettingKind::kInteger, 0,
+       "", 1, "", "samples discarded at the start of each autotune trial",
+       &Config::autotune_warmup_samples, 1},
+      {"autotune_steps_per_sample", "KERASHVD_AUTOTUNE_STEPS_PER_SAMPLE",
+       "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "--autotune-steps-per-sample",
+       SettingKind::kInteger, 1, "", 1, "",
+       "engine cycles that carry work in one autotune sample; each trial takes 3 samples "
+       "after its warm-up",
+       &Config::autotune_steps_per_sample, 1},
       {"timeline", "KERASHVD_TIMELINE", "", "--timeline-filename", SettingKind::kPath, 0, "",
        1, "",
        "path of the Chrome-trace timeline of the collectives, written by rank 0 (by every rank "

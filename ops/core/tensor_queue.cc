@@ -1,5 +1,7 @@
 #include "tensor_queue.h"
 
+#include <thread>
+
 namespace kerashvd {
 
 void TensorQueue::Submit(TensorEntry entry) {
@@ -7,6 +9,7 @@ void TensorQueue::Submit(TensorEntry entry) {
     std::lock_guard<std::mutex> lock(mutex_);
     entries_.push_back(std::move(entry));
     ++submissions_;
+    pending_.store(true, std::memory_order_release);
   }
   cv_.notify_one();
 }
@@ -16,7 +19,18 @@ std::deque<TensorEntry> TensorQueue::TakeAll() {
   std::deque<TensorEntry> out;
   out.swap(entries_);
   woken_ = false;
+  pending_.store(false, std::memory_order_release);
   return out;
+}
+
+bool TensorQueue::SpinForWork(std::chrono::microseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + timeout;
+  while (!pending_.load(std::memory_order_acquire)) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
 }
 
 void TensorQueue::WaitForWork(std::chrono::microseconds timeout) {
@@ -38,6 +52,7 @@ void TensorQueue::Wake() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     woken_ = true;
+    pending_.store(true, std::memory_order_release);
   }
   cv_.notify_one();
 }

@@ -5,6 +5,7 @@
 // cycle time when there is nothing to do.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -21,6 +22,10 @@ class TensorQueue {
   std::deque<TensorEntry> TakeAll();
   // Returns when work was submitted, Wake() was called, or `timeout` passed.
   void WaitForWork(std::chrono::microseconds timeout);
+  // Polls, yielding the core between polls, until work was submitted or Wake() was called
+  // (returns true; a later WaitForWork then returns at once) or `timeout` passed (false).
+  // Takes no lock: it reads `pending_`, which Submit and Wake set under the mutex.
+  bool SpinForWork(std::chrono::microseconds timeout);
   void Wake();
   // Number of Submit() calls so far.
   uint64_t submissions();
@@ -34,6 +39,8 @@ class TensorQueue {
   std::deque<TensorEntry> entries_;
   bool woken_ = false;
   uint64_t submissions_ = 0;
+  // !entries_.empty() || woken_, readable without the mutex (SpinForWork).
+  std::atomic<bool> pending_{false};
 };
 
 }  // namespace kerashvd

@@ -102,13 +102,19 @@ void Timeline::Phase(const std::string& tensor, const char* phase, Clock::time_p
 }
 
 void Timeline::Cycle(Clock::time_point start, Clock::time_point end, size_t tensors, int64_t bytes) {
+  Engine("CYCLE", start, end,
+         "\"tensors\": " + std::to_string(tensors) + ", \"bytes\": " + std::to_string(bytes));
+}
+
+void Timeline::Engine(const char* name, Clock::time_point start, Clock::time_point end,
+                      const std::string& args) {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   if (truncated_) return;
   std::ostringstream e;
-  e << "{\"name\": \"CYCLE\", \"ph\": \"X\", \"pid\": " << rank_ << ", \"tid\": 0, \"ts\": "
-    << Micros(start) << ", \"dur\": " << Micros(end) - Micros(start)
-    << ", \"args\": {\"tensors\": " << tensors << ", \"bytes\": " << bytes << "}}";
+  e << "{\"name\": \"" << name << "\", \"ph\": \"X\", \"pid\": " << rank_
+    << ", \"tid\": 0, \"ts\": " << Micros(start) << ", \"dur\": " << Micros(end) - Micros(start)
+    << ", \"args\": {" << args << "}}";
   pending_.push_back(e.str());
 }
 

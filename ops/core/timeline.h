@@ -2,9 +2,13 @@
 // Perfetto and chrome://tracing.
 //
 // Rows: one per tensor name (pid = rank, tid = tensor), plus row 0 for the engine's cycles.
-// Phases per tensor: NEGOTIATE (submitted -> every rank ready), QUEUE (ready -> its group
-// starts), MEMCPY_IN_FUSION_BUFFER, the backend collective (e.g. MPI_ALLREDUCE),
-// MEMCPY_OUT_FUSION_BUFFER. Idle cycles are not recorded.
+// Phases per tensor: NEGOTIATE (submitted -> every rank ready), and within it LAST_CYCLE (the
+// start of the cycle that found it ready -> ready: that cycle's negotiation round trip, with
+// the wait for late peers), QUEUE (ready -> its group starts), MEMCPY_IN_FUSION_BUFFER, the
+// backend collective (e.g. ALLREDUCE), MEMCPY_OUT_FUSION_BUFFER, COMPLETE (the group's
+// collective done -> its ops completed). Row 0: CYCLE (a cycle's execution of its work) and
+// NEGOTIATION (a cycle's negotiation, when this rank had work pending, with the control
+// plane's polls and naps). Idle cycles are not recorded.
 //
 // Crash safety: the file is a JSON array that always ends with "]". A writer thread appends
 // the events recorded since its last pass every 100 ms by overwriting that closing bracket
@@ -39,6 +43,9 @@ class Timeline {
   void Phase(const std::string& tensor, const char* phase, Clock::time_point start,
              Clock::time_point end, const std::string& args = "");
   void Cycle(Clock::time_point start, Clock::time_point end, size_t tensors, int64_t bytes);
+  // An event `name` on row 0 (the engine's); `args` as for Phase.
+  void Engine(const char* name, Clock::time_point start, Clock::time_point end,
+              const std::string& args);
 
  private:
   void Record(std::string event);

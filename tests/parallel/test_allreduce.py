@@ -1,7 +1,7 @@
 """allreduce and grouped_allreduce against numpy, at any world size.
 
 Each rank's input differs (seeded by the rank) and every rank recomputes all inputs, so the
-expected result is computed locally. See tests/_reference.py for why the references are exact.
+expected result is computed locally. See tests/fixtures/reference.py for why the references are exact.
 """
 
 import threading
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import (FLOAT_DTYPES, HALF_DTYPES, OPS, REDUCE_DTYPES, all_inputs,
+from fixtures.reference import (FLOAT_DTYPES, HALF_DTYPES, OPS, REDUCE_DTYPES, all_inputs,
                         assert_matches, rank_input, reduce_reference, shape_id)
 
 # Counts 0, 1 (as a scalar and as a vector), 7, 13 (divides by none of 2, 3, 4), 15 as a 2-D

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import all_inputs, assert_matches, reduce_reference
+from fixtures.reference import all_inputs, assert_matches, reduce_reference
 
 COUNT = (1 << 18) + 13  # float32: just over 1 MiB; 13 leaves a remainder at 2, 3 and 4 ranks
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import FLOAT_DTYPES, rank_input
+from fixtures.reference import FLOAT_DTYPES, rank_input
 
 _BITS = {"float16": tf.int16, "bfloat16": tf.int16, "float32": tf.int32, "float64": tf.int64}
 

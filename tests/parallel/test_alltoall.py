@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import ALL_DTYPES, assert_matches, rank_input
+from fixtures.reference import ALL_DTYPES, assert_matches, rank_input
 
 TRAILING = [(), (3,), (2, 0), (2, 1, 2)]
 

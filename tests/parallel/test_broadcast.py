@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import ALL_DTYPES, WORLD, assert_matches, rank_input, shape_id
+from fixtures.reference import ALL_DTYPES, WORLD, assert_matches, rank_input, shape_id
 
 SHAPES = [(), (0,), (1,), (7,), (13,), (3, 5), (2, 0, 3)]
 ROOTS = sorted({0, WORLD // 2, WORLD - 1})

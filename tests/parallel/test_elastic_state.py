@@ -1,6 +1,6 @@
 """Elastic state at any world size, without kerashvdrun's elastic mode: commits, restores,
 sync, the commit handed to a new process, and the positions the callbacks keep (worlds
-replaced for real are in tests/test_elastic.py)."""
+replaced for real are in tests/cluster/test_elastic.py)."""
 
 import hashlib
 

@@ -1,6 +1,6 @@
 """hvd.elastic.TensorFlowState (Horovod's state of a list of TensorFlow variables) at any world
 size: commit, restore and sync eagerly and with a TensorFlow 1 session, and a commit handed to
-a new state (worlds replaced for real are in tests/test_elastic.py)."""
+a new state (worlds replaced for real are in tests/cluster/test_elastic.py)."""
 
 import numpy as np
 import pytest

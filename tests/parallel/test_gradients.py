@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import rank_input, scatter_rows
+from fixtures.reference import rank_input, scatter_rows
 
 
 def _splits(sender, size):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import WORLD
+from fixtures.reference import WORLD
 
 ROOTS = sorted({0, WORLD - 1})
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import WORLD
+from fixtures.reference import WORLD
 
 
 def _values(rank, step, dtype, op):

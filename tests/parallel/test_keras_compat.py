@@ -1,7 +1,7 @@
 """kerashvd.training.keras_compat: kerashvd uses the Keras that tf.keras routes to, in every layer.
 
 The ``keras``-marked tests of tests/parallel/ run with Keras 3 and again with
-``TF_USE_LEGACY_KERAS=1`` (tests/test_keras2.py); this file checks that each run really
+``TF_USE_LEGACY_KERAS=1`` (tests/multiprocess/test_keras2.py); this file checks that each run really
 uses the Keras it claims to.
 """
 

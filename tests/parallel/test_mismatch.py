@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import WORLD
+from fixtures.reference import WORLD
 
 multi_rank = pytest.mark.skipif(WORLD == 1, reason="a mismatch needs at least two ranks")
 

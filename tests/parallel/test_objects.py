@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import WORLD
+from fixtures.reference import WORLD
 
 Point = collections.namedtuple("Point", "x y")
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import WORLD
+from fixtures.reference import WORLD
 
 multi_rank = pytest.mark.skipif(WORLD == 1, reason="needs at least two ranks")
 BOUND_SECONDS = 10  # the negotiation answers within a few cycles; 10 s on a loaded machine

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import WORLD, assert_matches, rank_input, reduce_reference
+from fixtures.reference import WORLD, assert_matches, rank_input, reduce_reference
 
 SET_NAMES = ["evens"] + (["odds"] if WORLD >= 2 else []) + (["head"] if WORLD >= 3 else [])
 

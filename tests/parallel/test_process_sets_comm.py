@@ -7,7 +7,7 @@ distinct communicator passed. Every test leaves no set registered behind it.
 import pytest
 import tensorflow as tf
 
-from _reference import WORLD
+from fixtures.reference import WORLD
 
 MPI = pytest.importorskip("mpi4py.MPI")
 

@@ -9,14 +9,14 @@ sub-threads at once under one name (or one traced function), which every member 
 Then the ranks leave one by one through ``join()`` after a random number of allreduces each,
 named or not, in the world and in every set they belong to (where a joined member gives the
 identity), trying now and then a collective that join() refuses. Every rank computes every
-rank's input (tests/_reference.py), so each result is checked against numpy on every rank.
+rank's input (tests/fixtures/reference.py), so each result is checked against numpy on every rank.
 Now and then the ranks of one collective disagree on its shape or dtype, or on dense against
 IndexedSlices, and every member must raise the mismatch error while the other threads'
 collectives go on. Anything else fails the test: a wrong value, an unexpected error, a hang
 (the stall shutdown of the MPI runs turns that into an error). Other seeds:
 ``KHVD_RANDOM_SEED=7 mpiexec -n 3 python -m pytest tests/parallel/test_random_collectives.py``.
 
-The same file runs at 1 rank under plain pytest and at 2-4 ranks via tests/test_mpi_sizes.py.
+The same file runs at 1 rank under plain pytest and at 2-4 ranks via tests/multiprocess/test_mpi_sizes.py.
 """
 
 import os
@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import assert_matches, rank_input, reduce_reference, scatter_rows, seed_of
+from fixtures.reference import assert_matches, rank_input, reduce_reference, scatter_rows, seed_of
 
 SEED = int(os.environ.get("KHVD_RANDOM_SEED", "20261126"))
 ROUNDS = 3

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _reference import (FLOAT_DTYPES, REDUCE_DTYPES, all_inputs, assert_matches, reduce_reference,
+from fixtures.reference import (FLOAT_DTYPES, REDUCE_DTYPES, all_inputs, assert_matches, reduce_reference,
                         scatter_rows, shape_id)
 
 # N = 1 and 3 are below the world size at 4 ranks (some ranks get no rows), 7 and 5 divide by

@@ -11,7 +11,7 @@ def test_topology_is_consistent(hvd):
     assert hvd.local_size() * hvd.cross_size() == hvd.size()  # one host in these tests
     assert hvd.is_initialized()
     assert hvd.mpi_built() and hvd.mpi_enabled()
-    assert hvd.is_homogeneous()  # one host; uneven hosts: tests/test_topology.py
+    assert hvd.is_homogeneous()  # one host; uneven hosts: tests/multiprocess/test_topology.py
     # CUDA is built only for the NCCL backend; Horovod's other backends do not exist here.
     assert hvd.cuda_built() == hvd.nccl_built() == (hvd.build_info()["cuda_version"] is not None)
     assert not any(q() for q in (hvd.gloo_built, hvd.gloo_enabled, hvd.rocm_built,

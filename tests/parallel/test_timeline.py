@@ -1,7 +1,7 @@
 """The timeline: per-tensor phases in Chrome-trace JSON, one file per rank, bounded in size.
 
 (That the file stays valid JSON when the process is SIGKILLed while recording is tested in
-tests/test_failures.py, which needs a process to kill.)
+tests/multiprocess/test_failures.py, which needs a process to kill.)
 """
 
 import collections

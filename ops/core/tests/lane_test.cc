@@ -1,12 +1,12 @@
 // A whole Lane (lane.h) on a FakeWorld: its thread negotiates, fuses and runs collectives
 // through a LaneTransport of fakes, as it does through MpiGroup::MakeLaneTransport's in the wheel.
 // Covers a collective's result on every rank, a negotiated shutdown failing what is pending
-// with the name of the rank that asked, and the abort flag stopping the lane.
+// with the name of the rank that asked, the abort flag stopping the lane, and the linger
+// after a working cycle taking the next submission (and a shutdown) at once.
 #include <future>
 
 #include "../lane.h"
-#include "fake_backend.h"
-#include "fake_world.h"
+#include "lane_rank.h"
 #include "rank_threads_test.h"
 #include "test_util.h"
 
@@ -15,38 +15,6 @@ namespace testing {
 namespace {
 
 using LaneTest = RankThreadsTest;  // the suite of this file
-
-constexpr auto kWait = std::chrono::seconds(10);
-
-// One rank's lane over `world`, with the engine's parts it borrows.
-struct LaneRank {
-  LaneRank(FakeWorld* world, int rank, const Config& config = Config()) {
-    LaneTransport transport;
-    transport.control = std::make_unique<FakeControlPlane>(world, rank, kTimeout, &abort);
-    transport.backend = std::make_unique<FakeBackend>(world, rank, &abort);
-    std::vector<int> ranks;
-    for (int r = 0; r < world->size(); ++r) ranks.push_back(r);
-    lane = std::make_unique<Lane>(0, std::move(transport), ranks, config, &abort, &timeline);
-    lane->Start();
-  }
-  // An allreduce of `in` into `out`; the future gets its status.
-  std::future<Status> Allreduce(const std::string& name, const std::vector<float>& in,
-                                std::vector<float>* out, Status* submitted) {
-    auto done = std::make_shared<std::promise<Status>>();
-    TensorEntry entry;
-    entry.request = MakeRequest(name, {static_cast<int64_t>(in.size())});
-    entry.inputs = {in.data()};
-    out->assign(in.size(), 0.0f);
-    entry.outputs = {out->data()};
-    entry.done = [done](const Status& s, const CollectiveResult&) { done->set_value(s); };
-    *submitted = lane->Submit(std::move(entry));
-    return done->get_future();
-  }
-  static constexpr std::chrono::milliseconds kTimeout{5000};
-  AbortFlag abort;
-  Timeline timeline;
-  std::unique_ptr<Lane> lane;
-};
 
 TEST_F(LaneTest, LaneRunsAllreducesOnEveryRank) {
   const int n = 3;
@@ -101,6 +69,51 @@ TEST_F(LaneTest, LaneShutdownFailsPendingWorkNamingTheRank) {
   EXPECT_CONTAINS(message, "kerashvd was shut down by rank(s) 1");
   EXPECT_CONTAINS(message, "pending on rank 0");
   EXPECT_EQ(after.message(), message);
+}
+
+TEST_F(LaneTest, LaneLingerTakesTheNextSubmissionAndShutdown) {
+  // A linger far longer than the test may take: a lane that did not end it on a submission
+  // (the next allreduce of a chain, submitted from the previous one's callback as TensorFlow
+  // does) or on the shutdown would not finish within kWait.
+  Config config;
+  config.linger_ms = 30000;
+  config.cycle_time_ms = 30000;
+  const int n = 2, links = 20;
+  FakeWorld world(n);
+  std::vector<std::vector<float>> out(n);
+  std::vector<int> completed(n, 0);
+  RunRanks(n, [&](int rank) {
+    LaneRank me(&world, rank, config);
+    auto last = std::make_shared<std::promise<Status>>();
+    std::vector<float> in{1.0f};
+    out[rank] = in;
+    std::function<void(int)> link = [&](int i) {
+      TensorEntry entry;
+      entry.request = MakeRequest("chain." + std::to_string(i), {1});
+      entry.inputs = {out[rank].data()};
+      entry.outputs = {out[rank].data()};
+      entry.done = [&, i](const Status& s, const CollectiveResult&) {
+        ++completed[rank];
+        if (!s.ok() || i + 1 == links) return last->set_value(s);
+        link(i + 1);
+      };
+      Status submitted = me.lane->Submit(std::move(entry));
+      if (!submitted.ok()) last->set_value(submitted);
+    };
+    link(0);
+    auto chain = last->get_future();
+    ASSERT_TRUE(chain.wait_for(kWait) == std::future_status::ready);
+    EXPECT_OK(chain.get());
+    auto stopped = std::async(std::launch::async, [&] {
+      me.lane->RequestShutdown();
+      me.lane->Join();
+    });
+    EXPECT_TRUE(stopped.wait_for(kWait) == std::future_status::ready);
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(completed[r], links);
+    EXPECT_EQ(out[r][0], 1048576.0f);  // doubled by each of the 20 allreduces
+  }
 }
 
 TEST_F(LaneTest, LaneAbortStopsItAndFailsWhatWaits) {

@@ -8,6 +8,7 @@ Status MpiControlPlane::Wait(MPI_Request* request, const char* what) {
   WaitPolicy policy;
   policy.timeout_seconds = timeout_seconds_;
   policy.idler = &idler_;
+  policy.counters = &counters_;
   if (urgency_ && !urgency_()) {
     policy.spin = std::chrono::microseconds(0);
     policy.first_nap = kRelaxedFirstNap;

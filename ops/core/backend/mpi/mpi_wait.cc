@@ -13,9 +13,12 @@ Status MpiWait(MPI_Request* request, const char* what, const AbortFlag* abort,
   const auto start = Clock::now();
   auto spin_from = start;
   auto nap = policy.first_nap;
+  WaitCounters* counters = policy.counters;
+  if (counters) ++counters->waits;
   for (uint64_t polls = 0;; ++polls) {
     int flag = 0;
     int rc = MPI_Test(request, &flag, MPI_STATUS_IGNORE);
+    if (counters) ++counters->polls;
     if (rc != MPI_SUCCESS) return MpiStatus(rc, what);
     if (flag) return Status::Ok();
     if (abort && (polls & 63) == 0 && abort->is_set()) return abort->status();
@@ -45,7 +48,12 @@ Status MpiWait(MPI_Request* request, const char* what, const AbortFlag* abort,
              "KERASHVD_PEER_TIMEOUT (seconds).";
       return Status::Aborted(msg.str());
     }
+    const auto nap_start = Clock::now();
     bool woken = policy.idler && *policy.idler ? (*policy.idler)(nap) : (std::this_thread::sleep_for(nap), false);
+    if (counters) {
+      ++counters->naps;
+      counters->napped += std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - nap_start);
+    }
     if (woken) {
       spin_from = Clock::now();
       nap = std::chrono::microseconds(10);

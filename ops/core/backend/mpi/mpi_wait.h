@@ -24,6 +24,8 @@ struct WaitPolicy {
   // 0: no timeout. Not applied while the AbortFlag carries the peer monitor's suspicion.
   double timeout_seconds = 0;
   const Idler* idler = nullptr;
+  // Where the wait adds its polls and naps (optional).
+  WaitCounters* counters = nullptr;
 };
 
 Status MpiWait(MPI_Request* request, const char* what, const AbortFlag* abort,

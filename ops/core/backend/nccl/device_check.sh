@@ -2,7 +2,8 @@
 # The GPU checks of the NCCL backend and the engine, for a GPU machine without build tools.
 #
 #   device_check.sh pack DIR BUILD   on the build machine: copy the three programs from BUILD
-#                                    (the cmake folder of README "Build"), libkerashvd_core.so
+#                                    (the cmake folder of README.md "Build" beside this
+#                                    script), libkerashvd_core.so
 #                                    and the active Python's mpich (libmpi, mpiexec, hydra)
 #                                    into DIR/bin and DIR/lib, and this script into DIR
 #   DIR/device_check.sh run [RANKS]  on the GPU machine: each program at 1..RANKS ranks
