@@ -59,8 +59,9 @@ def parse_args(argv):
                    help="rank 0 appends one row per epoch here (loss, accuracy, lr, images/s, ...)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--compression", choices=("none", "fp16", "bf16"), default="none",
-                   help="gradients sent as float16 or bfloat16 (kerashvd.Compression), halving "
-                        "the bytes across slow links (default none)")
+                   help="gradients cast to float16 or bfloat16 for the allreduce "
+                        "(kerashvd.Compression); the engine reduces them in float32, so the "
+                        "bytes across the link stay those of float32 (default none)")
     p.add_argument("--tiny", action="store_true",
                    help=f"a seconds-long run for tests: {TINY} unless given")
     args = p.parse_args(argv)

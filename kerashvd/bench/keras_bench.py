@@ -6,8 +6,9 @@ One run measures, each in fresh processes and one after the other:
   hvdN    kerashvd on N processes (default 2)
 and prints images/second, the overhead of kerashvd at size 1 against plain Keras, and the
 scaling efficiency (total images/second of N ranks over N times one rank's). The model is a
-small ResNet-style CNN on synthetic 32x32x3 data, batch 64 per rank, one intra-op thread per
-rank.
+small ResNet-style CNN (``--model cnn``, the default) or Keras' ResNet-50 (``--model
+resnet50``, 25.6 million weights, untrained) on synthetic ``--image-size`` square RGB images
+(default 32), batch 64 per rank, one intra-op thread per rank.
 
 Two baselines without kerashvd put the efficiency in context:
   side    N plain Keras processes side by side, never communicating: what the machine's
@@ -46,8 +47,8 @@ import time
 from . import header
 
 
-def model(keras, widths=(16, 32, 64)):
-    """The benchmarks' ResNet-style CNN on 32x32x3 images: a stem convolution of
+def model(keras, widths=(16, 32, 64), size=32):
+    """The benchmarks' ResNet-style CNN on `size` x `size` x 3 images: a stem convolution of
     ``widths[0]`` filters, then one residual block per width (the first at stride 1, the others
     at stride 2), global average pooling and a 10-way softmax."""
     def block(x, filters, stride):
@@ -62,7 +63,7 @@ def model(keras, widths=(16, 32, 64)):
             shortcut = keras.layers.BatchNormalization()(shortcut)
         return keras.layers.ReLU()(keras.layers.Add()([y, shortcut]))
 
-    inputs = keras.Input((32, 32, 3))
+    inputs = keras.Input((size, size, 3))
     x = keras.layers.Conv2D(widths[0], 3, padding="same", use_bias=False)(inputs)
     x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
     for filters, stride in zip(widths, [1] + [2] * (len(widths) - 1)):
@@ -71,7 +72,15 @@ def model(keras, widths=(16, 32, 64)):
     return keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x))
 
 
-def worker(mode, batch, steps, warmup):
+def build(keras, name, size):
+    """The benchmark's model `name` ('cnn' or 'resnet50') for `size` x `size` x 3 images and
+    10 classes."""
+    if name == "resnet50":
+        return keras.applications.ResNet50(weights=None, input_shape=(size, size, 3), classes=10)
+    return model(keras, size=size)
+
+
+def worker(mode, batch, steps, warmup, name="cnn", size=32):
     """Runs one configuration in this process; prints a JSON line with images/second."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import numpy as np
@@ -92,10 +101,10 @@ def worker(mode, batch, steps, warmup):
         hvd.init()
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(batch * 8, 32, 32, 3)).astype("float32")
+    x = rng.normal(size=(batch * 8, size, size, 3)).astype("float32")
     y = rng.integers(0, 10, size=batch * 8).astype("int32")
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True).repeat()
-    net = model(keras)
+    net = build(keras, name, size)
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
     callbacks = []
     if hvd is not None:
@@ -123,7 +132,8 @@ def worker(mode, batch, steps, warmup):
              comm.allgather(socket.gethostname()) if comm else [socket.gethostname()])
     if rank == 0:
         total = rate * size  # every rank processes its own batch each step
-        result = {"mode": mode, "ranks": size, "images_per_second": total, "hosts": hosts}
+        result = {"mode": mode, "ranks": size, "images_per_second": total, "hosts": hosts,
+                  "weights": net.count_params()}
         if hvd is not None:
             result["environment"] = header.environment()
         print(json.dumps(result), flush=True)
@@ -174,6 +184,11 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=64, help="batch per rank (default 64)")
     p.add_argument("--steps", type=int, default=60, help="timed steps (default 60)")
     p.add_argument("--warmup", type=int, default=10, help="untimed first steps (default 10)")
+    p.add_argument("--model", choices=["cnn", "resnet50"], default="cnn",
+                   help="the small ResNet-style CNN (default) or Keras' ResNet-50")
+    p.add_argument("--image-size", type=int, default=32,
+                   help="height and width of the synthetic images (default 32; ResNet-50 "
+                        "needs at least 32)")
     p.add_argument("--repeats", type=int, default=2,
                    help="rounds of runs of every configuration; best kept, and the ratios "
                         "within each round printed with their median")
@@ -197,11 +212,12 @@ def main(argv=None):
     p.add_argument("--worker", choices=["plain", "hvd", "sync"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        worker(args.worker, args.batch, args.steps, args.warmup)
+        worker(args.worker, args.batch, args.steps, args.warmup, args.model, args.image_size)
         return 0
 
     me = [sys.executable, "-m", "kerashvd.bench", "keras", "--batch", str(args.batch),
-          "--steps", str(args.steps), "--warmup", str(args.warmup)]
+          "--steps", str(args.steps), "--warmup", str(args.warmup), "--model", args.model,
+          "--image-size", str(args.image_size)]
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     launcher = shlex.split(args.launcher) if args.launcher else [mpiexec, "-n", str(args.np)]
     variants = _variants(args.hierarchical, args.settings)
@@ -232,8 +248,10 @@ def main(argv=None):
         for name, rate in rates.items():
             best[name] = max(best.get(name, 0.0), rate)
     one = best["hvd1"]
-    print(f"# Keras ResNet-style CNN, 32x32x3, batch {args.batch}/rank, 1 intra-op thread/rank, "
-          f"best of {args.repeats}")
+    what = "ResNet-50" if args.model == "resnet50" else "ResNet-style CNN"
+    print(f"# Keras {what} ({results['hvd1']['weights']:,} weights), "
+          f"{args.image_size}x{args.image_size}x3, batch {args.batch}/rank, "
+          f"1 intra-op thread/rank, best of {args.repeats}")
     command = [sys.executable, "-m", "kerashvd.bench", "keras"] + \
         (sys.argv[2:] if argv is None else list(argv))
     print("\n".join(header.lines(results["hvd1"]["environment"], command, f"1 and {args.np}",

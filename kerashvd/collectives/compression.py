@@ -45,13 +45,15 @@ class _CastCompressor(Compressor):
 
 
 class FP16Compressor(_CastCompressor):
-    """Sends floating-point tensors as float16 (reduced in float32 by the engine)."""
+    """Casts floating-point tensors to float16 for the collective. The engine widens them to
+    float32 to reduce them, so the bytes MPI or NCCL sends are those of float32."""
 
     wire_dtype = tf.float16
 
 
 class BF16Compressor(_CastCompressor):
-    """Sends floating-point tensors as bfloat16 (reduced in float32 by the engine)."""
+    """Casts floating-point tensors to bfloat16 for the collective. The engine widens them to
+    float32 to reduce them, so the bytes MPI or NCCL sends are those of float32."""
 
     wire_dtype = tf.bfloat16
 

@@ -19,9 +19,10 @@ each in one SLURM job:
   node by node and as auto chooses, next to raw MPI of the same bytes, with the bytes each
   node sends across its link per allreduce, the 4 KiB latency and the 100 x 16 KiB step,
   measured in turn in one run;
-- ``keras``: ``python -m kerashvd.bench keras --np 4 --launcher "srun ... -N 2
-  --ntasks-per-node=2" --hierarchical ...``: Keras training scaling at 2 nodes x 2 ranks
-  (the 1-process runs go where this script runs);
+- ``keras``, for each layout of ``--keras-layouts`` (default ``2x2``): ``python -m
+  kerashvd.bench keras --np N*L --launcher "srun ... -N N -n N*L" --hierarchical ...``: Keras
+  training scaling across the nodes against plain Keras in one process (the 1-process runs go
+  where this script runs);
 - ``compression``: the MNIST recipe (``recipes/mnist.py``) with each gradient compression of
   ``--compressions`` (``--compression none|fp16|bf16``), at each layout of
   ``--compression-layouts``, the compressions in turn ``--passes`` times, on a tfds ``mnist``
@@ -56,7 +57,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from fixtures import multinode_cluster  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RANKS = ["-N", "2", "--ntasks-per-node=2"]
 SRUN = ["srun", "--mpi=pmi2", "--kill-on-bad-exit=1"]
 
 
@@ -149,14 +149,18 @@ def run(cluster, args):
             if "compression" in parts:
                 failed += run_compression(cluster, args, links)
             if "keras" in parts:
-                print(f"## links: {links}; 2 nodes x 2 ranks ({', '.join(cluster.nodes[:2])})",
-                      flush=True)
-                launcher = " ".join([*SRUN, *RANKS])
-                failed += not run_part(
-                    cluster, [python, "-m", "kerashvd.bench", "keras", "--np", "4", "--launcher",
-                              launcher, "--hierarchical", args.keras_hierarchical,
-                              "--timeout", str(args.timeout), *shlex.split(args.keras_args)],
-                    f"keras bench at {rate}", args.timeout * 12)
+                for layout in args.keras_layouts.split(","):
+                    options = layout_options(layout)
+                    print(f"## links: {links}; layout {layout}: Keras training, srun "
+                          f"{' '.join(options)}; load average {os.getloadavg()[0]:.2f} before "
+                          f"the job", flush=True)
+                    launcher = " ".join([*SRUN, *options])
+                    failed += not run_part(
+                        cluster, [python, "-m", "kerashvd.bench", "keras", "--np", options[3],
+                                  "--launcher", launcher, "--hierarchical",
+                                  args.keras_hierarchical, "--timeout", str(args.timeout),
+                                  *shlex.split(args.keras_args)],
+                        f"keras bench at {rate}, {layout}", args.timeout * 12)
     finally:
         shape(cluster, "none", args.burst)
     return failed
@@ -191,7 +195,7 @@ def run_compression(cluster, args, links):
                     env=ENV, timeout=args.timeout, cwd=REPO), f"mnist {layout} {compression}")
                 rate = re.findall(r"Epoch \d+: ([0-9.]+) images/s in total", output)
                 accuracy = re.search(r"final val_accuracy=([0-9.]+)", output)
-                val_loss = re.findall(r"val_loss: ([0-9.]+)", output)
+                val_loss = re.findall(r"val_loss: ([0-9.]+(?:e[-+]?\d+)?)", output)  # 4.9e-04
                 if not ok or not rate or not accuracy or not val_loss:
                     print(f"failed:\n{output[-5000:]}", flush=True)
                     failed += 1
@@ -216,7 +220,7 @@ def run_compression(cluster, args, links):
             base = step if compression == "none" else base
             print(f"  {compression:>11} {rate:>9.1f} {step:>9.1f} "
                   f"{(step / base if base else float('nan')):>8.2f} "
-                  f"{' '.join(f'{r[1]:.4f}, {r[2]:.4f}' for r in runs):>36}", flush=True)
+                  f"{' '.join(f'{r[1]:.4f}, {r[2]:.2e}' for r in runs):>36}", flush=True)
     shutil.rmtree(data, ignore_errors=True)
     return failed
 
@@ -243,6 +247,8 @@ def parser():
                    help="modes the keras part compares (default off,on)")
     p.add_argument("--allreduce-args", default="--sizes 64K,256K,1M,4M,16M,64M",
                    help="more arguments of python -m kerashvd.bench")
+    p.add_argument("--keras-layouts", default="2x2",
+                   help="the keras part's layouts, as --layouts (default 2x2)")
     p.add_argument("--keras-args", default="", help="more arguments of python -m kerashvd.bench keras")
     p.add_argument("--compressions", default="none,fp16,bf16",
                    help="the compression part's --compression values (default none,fp16,bf16)")
@@ -267,7 +273,8 @@ def main(argv=None):
     args = parser().parse_args(argv)
     parts = args.parts.split(",")
     layouts = (args.layouts.split(",") if {"allreduce", "latency"} & set(parts) else []) + \
-        (args.compression_layouts.split(",") if "compression" in parts else [])
+        (args.compression_layouts.split(",") if "compression" in parts else []) + \
+        (args.keras_layouts.split(",") if "keras" in parts else [])
     for layout in layouts:
         layout_options(layout)  # a bad layout fails here, before the cluster starts
     cluster_gen = multinode_cluster._cluster(cluster_size(layouts))

@@ -53,6 +53,16 @@ def test_keras_bench_runs_every_configuration():
         assert re.search(r"per round, " + re.escape(label) + r": -?\d+\.\d% \(median", out), out
 
 
+def test_keras_bench_trains_resnet50_across_two_ranks():
+    args = ["keras", "--model", "resnet50", "--steps", "1", "--warmup", "1", "--batch", "2",
+            "--repeats", "1", "--no-baselines"]
+    out = _run(args, timeout=900)
+    _check_header(out, args)
+    # Keras' ResNet-50 with 10 classes has 23,608,202 weights; the small CNN has 78,714.
+    assert "# Keras ResNet-50 (23,608,202 weights), 32x32x3, batch 2/rank" in out, out
+    assert re.search(r"^kerashvd, 2 ranks +\d+\.\d images/s +scaling efficiency", out, re.M), out
+
+
 def test_overlap_bench_prints_every_configuration_and_a_step_timeline():
     args = ["overlap", "--widths", "8,16", "--batch", "4", "--cycles", "2", "--warmup", "1",
             "--caps", "0.001"]
