@@ -50,7 +50,9 @@ def broadcast_variables(variables, root_rank, name=None, process_set=global_proc
                                  "broadcast_variables")
     if tf.executing_eagerly():
         return None
-    return tf.group(*assigned)
+    # Keras 3 before 3.4 returns None from a variable's assign; inside a tf.function the
+    # assignment runs all the same (automatic control dependencies).
+    return tf.group(*[a for a in assigned if a is not None])
 
 
 def _assign_broadcast(variables, root_rank, name, process_set, what):
