@@ -275,7 +275,7 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signa
                 # stopped answering notice it by themselves up to MARGIN s later.
                 stopper.start(grace=failure_grace + (MARGIN if event.unreachable else 0.0))
             elif outcome.failure is losses.group:
-                losses.add(event, time.monotonic())
+                outcome.failure = losses.add(event, time.monotonic())
         elif event is _EOF:
             state["eof"] = True
 
@@ -301,7 +301,10 @@ def run_job(argv, events, *, capture_output=False, on_line=None, log=None, signa
                 pass
             if proc.poll() is not None:
                 exited_at = exited_at or time.monotonic()
-                if state["eof"] or time.monotonic() - exited_at > _DRAIN_AFTER_EXIT:
+                drained = state["eof"] or time.monotonic() - exited_at > _DRAIN_AFTER_EXIT
+                # A loss still gathering waits for the rest of its window (at most GATHER s):
+                # mpiexec may end, on a host lost, before the lost host's own watches do.
+                if drained and (losses.group is None or losses.announced):
                     break
     while True:  # reports (and lines) that arrived before mpiexec ended
         try:

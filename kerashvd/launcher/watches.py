@@ -103,48 +103,59 @@ class RanksLost:
 
 
 class LossGatherer:
-    """Turns the first :class:`RankLost` events of a job into one :class:`RanksLost`: the first
-    loss, and those of the same host and kind within :data:`GATHER` seconds of it (the ranks
-    of a host that went down are lost within a moment of each other).
+    """Turns the first :class:`RankLost` events of a job into one :class:`RanksLost`: the
+    losses within :data:`GATHER` seconds of the first, grouped by host and kind (the ranks of
+    a host that went down are lost within a moment of each other).
+
+    The group that names the failure is the first whose host lost every rank it had, else the
+    first: a host that goes down takes MPI's process manager with it, which may kill the
+    supervisor of a rank on another host a moment before the lost host's own losses arrive.
 
     Example:
 
     >>> gather = LossGatherer()
-    >>> group = gather.add(RankLost(2, "n2", False, 28.0, (2, 3)), now=0.0)
-    >>> gather.add(RankLost(3, "n2", False, 28.0, (2, 3)), now=0.1) is None
-    True
-    >>> gather.due(now=0.1), group.ranks, group.whole_host
-    (True, [2, 3], True)
+    >>> gather.add(RankLost(0, "n1", False, 28.0, (0, 1)), now=0.0).ranks
+    [0]
+    >>> gather.add(RankLost(2, "n2", False, 28.0, (2, 3)), now=0.1).host
+    'n1'
+    >>> group = gather.add(RankLost(3, "n2", False, 28.0, (2, 3)), now=0.2)
+    >>> gather.due(now=0.2), group.host, group.ranks, group.whole_host
+    (True, 'n2', [2, 3], True)
     """
 
     def __init__(self):
-        self.group = None
         self.announced = False
+        self._groups = []  # RanksLost, in the order of their first loss
+        self._host_ranks = {}  # (host, unreachable) -> every rank the job had on the host
         self._until = None
-        self._host_ranks = set()
+
+    @property
+    def group(self):
+        """The loss that names the job's failure (``None`` before the first)."""
+        whole = [g for g in self._groups if g.whole_host]
+        return (whole or self._groups or [None])[0]
 
     def add(self, event, now):
-        """Takes a loss; returns the new :class:`RanksLost` when ``event`` is the first."""
-        if self.group is None:
-            self.group = RanksLost(event.host, [event.rank], event.unreachable, event.timeout)
-            self._until = now + GATHER
-            self._host_ranks = set(event.host_ranks) | {event.rank}
-            self._update()
+        """Takes a loss; returns :attr:`group` (the loss that names the failure so far)."""
+        if self.announced or (self._until is not None and now > self._until):
             return self.group
-        if not self.announced and now <= self._until and event.host == self.group.host and \
-                event.unreachable == self.group.unreachable and event.rank not in self.group.ranks:
-            self.group.ranks.append(event.rank)
-            self._host_ranks |= set(event.host_ranks)
-            self._update()
-        return None
-
-    def _update(self):
-        self.group.whole_host = self._host_ranks <= set(self.group.ranks)
+        self._until = self._until if self._until is not None else now + GATHER
+        kind = (event.host, event.unreachable)
+        group = next((g for g in self._groups if (g.host, g.unreachable) == kind), None)
+        if group is None:
+            group = RanksLost(event.host, [], event.unreachable, event.timeout)
+            self._groups.append(group)
+        if event.rank not in group.ranks:
+            group.ranks.append(event.rank)
+        ranks = self._host_ranks.setdefault(kind, set())
+        ranks |= set(event.host_ranks) | {event.rank}
+        group.whole_host = ranks <= set(group.ranks)
+        return self.group
 
     def due(self, now):
-        """Whether the group is complete (its host's every rank, or the gathering time over)
-        and not announced yet."""
-        return self.group is not None and not self.announced and \
+        """Whether the failure is known (a host lost every rank, or the gathering time is
+        over) and not announced yet."""
+        return bool(self._groups) and not self.announced and \
             (self.group.whole_host or now > self._until)
 
 

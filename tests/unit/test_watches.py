@@ -70,6 +70,22 @@ def test_the_losses_of_one_host_are_named_together():
     assert one.describe() == "rank 1 on n1 ended without a word (its supervisor was killed)"
 
 
+def test_a_whole_host_lost_names_the_failure_even_after_a_loss_elsewhere():
+    """A killed node's ssh session ends hydra's mpiexec, which may kill a supervisor on the
+    surviving node a moment before the killed node's own losses arrive: the whole host lost
+    is the cause, the rank elsewhere a consequence."""
+    gather = LossGatherer()
+    first = gather.add(RankLost(0, "n1", False, 3.0, (0, 1)), now=0.0)
+    assert first.host == "n1" and not gather.due(now=0.05)
+    gather.add(RankLost(2, "n2", False, 3.0, (2, 3)), now=0.1)
+    group = gather.add(RankLost(3, "n2", False, 3.0, (2, 3)), now=0.2)
+    assert gather.due(now=0.2) and gather.group is group
+    assert group.describe() == ("host n2 was lost: ranks 2, 3 ended without a word (their "
+                                "processes were killed, or the host went down)")
+    gather.announced = True
+    assert gather.add(RankLost(1, "n1", False, 3.0, (0, 1)), now=0.3) is group
+
+
 def test_the_link_timeout_follows_the_peer_timeout():
     assert keepalive.link_timeout({}) == 28.0
     assert keepalive.link_timeout({"KERASHVD_PEER_TIMEOUT": "5"}) == 3.0
