@@ -127,6 +127,39 @@ def traced_function():
     return graph, name
 
 
+def call_time_value(graph, closure, key):
+    """A scalar string tensor of ``graph`` (a function being traced) whose value ``closure()``
+    computes at each call of the function, in the calling thread; ``""`` while the function
+    is saved. Calls of one ``key`` in one graph share one tensor; a nested function's value is
+    computed at each call of the outermost function.
+
+    Internal: ``tensorflow.python.framework.func_graph.FuncGraph.capture_call_time_value``
+    (what ``tf.distribute``'s parameter-server strategy uses for per-worker resources).
+    Public alternative considered: an argument of the traced function, which kerashvd cannot
+    add to the user's functions; ``tf.py_function`` runs on TensorFlow's executor threads,
+    not the caller's.
+
+    Args:
+        graph: the function graph (:func:`traced_function`'s).
+        closure: called with no argument; returns a scalar ``tf.string`` tensor.
+        key: the capture's key in ``graph``.
+
+    Raises:
+        PrivateApiError: when the method is gone.
+    """
+    import tensorflow as tf  # lazy: imports TensorFlow
+
+    capture = getattr(graph, "capture_call_time_value", None)
+    if not callable(capture):
+        raise _missing("tensorflow.python.framework.func_graph.FuncGraph.capture_call_time_value",
+                       "kerashvd/collectives/_names.py",
+                       "tell a traced function's collectives which thread called it")
+    with tf.init_scope():
+        empty = tf.constant("")  # eager: valid wherever the function is saved
+    with graph.as_default():
+        return capture(closure, tf.TensorSpec([], tf.string), key=key, default_value=empty)
+
+
 # -- collectives in tf.function ----------------------------------------------------------
 
 def register_async_collectives(op_types):

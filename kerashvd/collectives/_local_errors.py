@@ -22,6 +22,7 @@ import contextlib
 
 import tensorflow as tf
 
+from . import _names
 from ..runtime._engine import core as _core
 from ..runtime._op_library import OPS
 
@@ -42,6 +43,7 @@ def report(collective, key, process_set_id, error):
     while a ``tf.function`` is traced.
     """
     message = f"{type(error).__name__}: {error}"
+    key = _names.key_at_run_time(key)  # reported eagerly, so with the thread in the key
     with tf.init_scope():
         try:
             OPS.kerashvd_report_error(message, tensor_name=key, collective=collective,

@@ -26,13 +26,21 @@ them apart, each waiting for ever.
 
 Threads: two threads interleave their calls differently on each rank, so a counter shared
 by them would pair one thread's call on rank 0 with the other thread's call on rank 1 and
-silently reduce the wrong tensors together. Each thread therefore counts for itself, and a
-thread other than the main one adds its name: ``noname[<thread>].<n>`` eagerly,
-``<function>[<thread>].noname.<k>`` for a function it traces (so one ``tf.function`` per
-thread keeps the threads' names apart). Such a thread must do the same work under the same
-name on every rank. Where that cannot be known, an unnamed collective raises ValueError
-asking for ``name=``, on every rank alike (each rank makes the same call from the same kind
-of thread), instead of pairing different calls:
+silently reduce the wrong tensors together. So the calling thread is part of every automatic
+name, and every rank pairs a thread's calls with the same thread's calls:
+- eagerly, each thread counts for itself, and a thread other than the main one adds its name:
+  ``noname[<thread>].<n>``;
+- in a ``tf.function``, the trace is shared by every thread that calls the function, so the
+  thread is added when the function runs: each unnamed collective of the trace has a
+  ``thread`` input that the function computes at each call, in the calling thread
+  (:func:`thread_input`), and the op appends it to its key: ``<function>.noname.<k>`` from the
+  main thread, ``<function>.noname.<k>[<thread>]`` from another (ops/tf/adapter.h). The
+  collectives derived from an unnamed one (gradients, sparse parts) carry the same input.
+  One traced function called from several threads, one after the other or at once, thus
+  pairs each thread's calls with that thread's calls on the other ranks.
+Such a thread must do the same work under the same name on every rank. Where that cannot be
+known, an unnamed collective raises ValueError asking for ``name=``, on every rank alike (each
+rank makes the same call from the same kind of thread), instead of pairing different calls:
 - from a thread pool's worker (``concurrent.futures.ThreadPoolExecutor``,
   ``multiprocessing.pool.ThreadPool``): a pool hands its tasks to its threads in a different
   order on each rank, whatever the threads are called;
@@ -40,12 +48,13 @@ of thread), instead of pairing different calls:
   ``Dummy-N`` for a thread not started by ``threading``): N counts the threads the process
   started, so it names different threads on ranks that started them in another order;
 - from one of two live threads with the same name: they cannot be told apart.
+A traced function raises it when it is called from such a thread, not when it is traced.
 
-One name in flight twice: a name reused while its earlier call is still running (one
-``name=`` or one traced function used by two threads at once) cannot be paired safely; the
-engine fails those calls on every rank (ops/core/controller.h, "Overlapping calls"). Calls
-of one name that never overlap are paired in each rank's order: threads sharing a name may
-order them differently on each rank, which nothing can detect, so they must not.
+Explicit names are the caller's: ``name=`` is the key whatever the thread, so the same
+explicit name used by two threads at once cannot be paired safely; the engine fails those
+calls on every rank (ops/core/controller.h, "Overlapping calls"). Calls of one explicit name
+that never overlap are paired in each rank's order: threads sharing a name may order them
+differently on each rank, which nothing can detect, so they must not.
 """
 
 import collections
@@ -65,6 +74,10 @@ _counters = collections.defaultdict(int)
 _joins = 0  # join() calls so far: the epoch of the eager counters
 # A traced function's graph -> {process set id: next unnamed call number in this trace}.
 _traces = weakref.WeakKeyDictionary()
+# A traced function's graph -> the unnamed keys of its trace (their collectives, and those
+# derived from them, take the calling thread as an input).
+_unnamed = weakref.WeakKeyDictionary()
+_THREAD_KEY = "kerashvd.calling_thread"  # the call-time capture's key in a function graph
 
 
 def tensor_name(kind, name=None, process_set_id=0):
@@ -80,24 +93,73 @@ def tensor_name(kind, name=None, process_set_id=0):
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty string; received name={name!r}")
         return name
+    traced = _private_api.traced_function()
+    if traced is not None:  # the calling thread is checked at each call (thread_input)
+        graph, function = traced
+        with _lock:
+            counters = _traces.setdefault(graph, {})
+            k = counters.get(process_set_id, 0)
+            counters[process_set_id] = k + 1
+            key = f"{function}.noname.{k}"
+            _unnamed.setdefault(graph, set()).add(key)
+        return key
     thread = threading.current_thread()
     owner = None if thread is threading.main_thread() else thread.name
     if owner is not None:
         _check_thread(thread, kind)
         _check_unique(thread, kind)
-    traced = _private_api.traced_function()
     with _lock:
-        if traced is not None:
-            graph, function = traced
-            counters = _traces.setdefault(graph, {})
-            k = counters.get(process_set_id, 0)
-            counters[process_set_id] = k + 1
-            return f"{function}.noname.{k}" if owner is None else f"{function}[{owner}].noname.{k}"
         key = (owner, process_set_id)
         n = _counters[key]
         _counters[key] += 1
         epoch = f"j{_joins}." if _joins else ""
     return f"noname.{epoch}{n}" if owner is None else f"noname[{owner}].{epoch}{n}"
+
+
+def _unnamed_in_trace(key):
+    """The traced function's graph when ``key`` is an unnamed key of its trace, or derived
+    from one; else None."""
+    traced = _private_api.traced_function()
+    if traced is None:
+        return None
+    graph = traced[0]
+    keys = _unnamed.get(graph, ())
+    parts = key.split(".")
+    prefixes = (".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return graph if any(p in keys for p in prefixes) else None
+
+
+def _calling_thread():
+    """The calling thread's part of a key at run time ("" for the main thread); raises
+    ValueError for a thread whose calls cannot be paired (see above)."""
+    thread = threading.current_thread()
+    if thread is threading.main_thread():
+        return ""
+    _check_thread(thread, "collective in a tf.function")
+    _check_unique(thread, "collective in a tf.function")
+    return f"[{thread.name}]"
+
+
+def thread_input(key):
+    """The ``thread`` input of the collective keyed ``key`` (ops/tf/adapter.h): inside a
+    traced function, for an unnamed key of the trace or one derived from it, a one-item list
+    holding the calling thread's part of the key, computed at each call of the function;
+    otherwise ``[]`` (the key is the whole key)."""
+    graph = _unnamed_in_trace(key)
+    if graph is None:
+        return []
+    import tensorflow as tf  # lazy: this module runs before TensorFlow is imported
+
+    def closure():
+        return tf.constant(_calling_thread())
+
+    return [_private_api.call_time_value(graph, closure, _THREAD_KEY)]
+
+
+def key_at_run_time(key):
+    """``key`` as the engine will see it from this thread (with the calling thread's part
+    for an unnamed key of the trace being built: tracing runs in the calling thread)."""
+    return key + _calling_thread() if _unnamed_in_trace(key) is not None else key
 
 
 def new_epoch():

@@ -96,22 +96,42 @@ def _set(op):
     return op.get_attr("process_set_id")
 
 
+def _thread(op):
+    """The forward op's ``thread`` input, which its gradient's collectives take too: they
+    pair by the same calling thread (``_names``, "Threads")."""
+    n = op.get_attr("thread_tags")
+    return list(op.inputs[len(op.inputs) - n:]) if n else []
+
+
+def _gradient(op_type):
+    """``tf.RegisterGradient(op_type)`` for a function that returns the gradients of the
+    data inputs; the ``thread`` input, a string, gets none."""
+    def register(function):
+        def gradients(op, *grads):
+            out = function(op, *grads)
+            out = list(out) if isinstance(out, (list, tuple)) else [out]
+            return out + [None] * op.get_attr("thread_tags")
+        tf.RegisterGradient(op_type)(gradients)
+        return function
+    return register
+
+
 def _scales(op):
     return {"prescale_factor": op.get_attr("prescale_factor"),
             "postscale_factor": op.get_attr("postscale_factor")}
 
 
-@tf.RegisterGradient("KerashvdAllreduce")
+@_gradient("KerashvdAllreduce")
 def _allreduce_grad(op, grad):
     return OPS.kerashvd_allreduce(grad, reduce_op=op.get_attr("reduce_op"), tensor_name=_name(op),
-                                  process_set_id=_set(op), **_scales(op))
+                                  process_set_id=_set(op), thread=_thread(op), **_scales(op))
 
 
-@tf.RegisterGradient("KerashvdGroupedAllreduce")
+@_gradient("KerashvdGroupedAllreduce")
 def _grouped_allreduce_grad(op, *grads):
     return _per_dtype(lambda ts, key: OPS.kerashvd_grouped_allreduce(
         ts, reduce_op=op.get_attr("reduce_op"), tensor_name=key, process_set_id=_set(op),
-        **_scales(op)), grads, _name(op))
+        thread=_thread(op), **_scales(op)), grads, _name(op))
 
 
 def _own_rows(op, reduced, first_dims):
@@ -119,23 +139,25 @@ def _own_rows(op, reduced, first_dims):
     return tf.split(reduced, first_dims, num=set_size(_set(op)), axis=0)[set_rank(_set(op))]
 
 
-@tf.RegisterGradient("KerashvdAllgather")
+@_gradient("KerashvdAllgather")
 def _allgather_grad(op, grad):
     name, ps = _name(op), _set(op)
-    averaged = OPS.kerashvd_allreduce(grad, reduce_op=Average, tensor_name=name, process_set_id=ps)
+    averaged = OPS.kerashvd_allreduce(grad, reduce_op=Average, tensor_name=name, process_set_id=ps,
+                                      thread=_thread(op))
     dims = OPS.kerashvd_allgather(tf.shape(op.inputs[0], out_type=tf.int64)[:1],
-                                  tensor_name=name + ".dims", process_set_id=ps)
+                                  tensor_name=name + ".dims", process_set_id=ps, thread=_thread(op))
     return _own_rows(op, averaged, dims)
 
 
-@tf.RegisterGradient("KerashvdGroupedAllgather")
+@_gradient("KerashvdGroupedAllgather")
 def _grouped_allgather_grad(op, *grads):
     name, ps = _name(op), _set(op)
     averaged = _per_dtype(lambda ts, key: OPS.kerashvd_grouped_allreduce(
-        ts, reduce_op=Average, tensor_name=key, process_set_id=ps), grads, name)
+        ts, reduce_op=Average, tensor_name=key, process_set_id=ps, thread=_thread(op)), grads,
+        name)
     dims = OPS.kerashvd_grouped_allgather(
-        [tf.shape(x, out_type=tf.int64)[:1] for x in op.inputs], tensor_name=name + ".dims",
-        process_set_id=ps)
+        [tf.shape(x, out_type=tf.int64)[:1] for x in op.inputs[:len(grads)]],
+        tensor_name=name + ".dims", process_set_id=ps, thread=_thread(op))
     return [_own_rows(op, a, d) for a, d in zip(averaged, dims)]
 
 
@@ -153,22 +175,24 @@ def _on_root_only(op, averaged):
     return [zero(a) for a in averaged] if isinstance(averaged, list) else zero(averaged)
 
 
-@tf.RegisterGradient("KerashvdBroadcast")
+@_gradient("KerashvdBroadcast")
 def _broadcast_grad(op, grad):
     return _on_root_only(op, OPS.kerashvd_allreduce(grad, reduce_op=Average, tensor_name=_name(op),
-                                                    process_set_id=_set(op)))
+                                                    process_set_id=_set(op), thread=_thread(op)))
 
 
-@tf.RegisterGradient("KerashvdGroupedBroadcast")
+@_gradient("KerashvdGroupedBroadcast")
 def _grouped_broadcast_grad(op, *grads):
     averaged = _per_dtype(lambda ts, key: OPS.kerashvd_grouped_allreduce(
-        ts, reduce_op=Average, tensor_name=key, process_set_id=_set(op)), grads, _name(op))
+        ts, reduce_op=Average, tensor_name=key, process_set_id=_set(op), thread=_thread(op)),
+        grads, _name(op))
     return _on_root_only(op, averaged)
 
 
 def _scatter_grad(op, grads):
     gathered = _per_dtype(lambda ts, key: OPS.kerashvd_grouped_allgather(
-        ts, tensor_name=key, process_set_id=_set(op)), grads, _name(op))
+        ts, tensor_name=key, process_set_id=_set(op), thread=_thread(op)), grads,
+        _name(op))
     scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
     if op.get_attr("reduce_op") == Sum:
         scale *= set_size(_set(op))
@@ -177,18 +201,18 @@ def _scatter_grad(op, grads):
     return gathered
 
 
-@tf.RegisterGradient("KerashvdReducescatter")
+@_gradient("KerashvdReducescatter")
 def _reducescatter_grad(op, grad):
     return _scatter_grad(op, [grad])[0]
 
 
-@tf.RegisterGradient("KerashvdGroupedReducescatter")
+@_gradient("KerashvdGroupedReducescatter")
 def _grouped_reducescatter_grad(op, *grads):
     return _scatter_grad(op, grads)
 
 
-@tf.RegisterGradient("KerashvdAlltoall")
+@_gradient("KerashvdAlltoall")
 def _alltoall_grad(op, grad, unused_splits_grad):
     back, _ = OPS.kerashvd_alltoall(grad, op.outputs[1], tensor_name=_name(op),
-                                    process_set_id=_set(op))
+                                    process_set_id=_set(op), thread=_thread(op))
     return back, None

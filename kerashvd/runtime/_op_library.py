@@ -38,20 +38,37 @@ def _fanned_out(op):
     return run
 
 
+def _untagged(op):
+    """``op`` with its ``thread`` input empty unless given (ops/tf/adapter.h; the collectives
+    of ``kerashvd.collectives`` fill it in for the unnamed collectives of a traced function)."""
+    @functools.wraps(op)
+    def run(*args, thread=(), **kwargs):
+        return op(*args, thread=list(thread), **kwargs)
+    return run
+
+
 class _Library:
-    """The loaded op module, with its grouped ops wrapped by :func:`_fanned_out`."""
+    """The loaded op module, with its grouped ops wrapped by :func:`_fanned_out` and the ops
+    of :data:`THREAD_TAGGED` by :func:`_untagged`."""
 
     def __init__(self, module):
         self._module = module
 
     def __getattr__(self, name):
         value = getattr(self._module, name)
+        if name in THREAD_TAGGED:
+            value = _untagged(value)
         if name.startswith("kerashvd_grouped_"):
             value = _fanned_out(value)
         setattr(self, name, value)  # looked up once
         return value
 
 
+# The ops with a ``thread`` input: every collective and the barrier.
+THREAD_TAGGED = frozenset(
+    "kerashvd_" + name for name in (
+        "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
+        "grouped_broadcast", "alltoall", "reducescatter", "grouped_reducescatter", "barrier"))
 OPS = _Library(load_tf_ops())
 # The collectives are stateful, so that TensorFlow never constant-folds nor prunes them, but
 # tf.function must not run them one at a time (ops/tf/kernels.h).

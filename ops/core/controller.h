@@ -38,8 +38,8 @@
 // messages, and nothing is communicated for it. The ranks stay in step, so the job goes on.
 //
 // Overlapping calls: ranks pair collectives by name alone, so two calls of one name in flight
-// at once on a rank (two threads using one name= or one traced function, a function whose
-// graph runs the same collective twice) cannot be told apart, and each rank could pair a
+// at once on a rank (two threads using one name=, or one traced function holding a named
+// collective; a function whose graph runs the same collective twice) cannot be told apart, and each rank could pair a
 // different one of them with the other ranks' calls: wrong results without an error. So no
 // rank pairs them. A rank whose queue for a name holds k >= 2 entries sets no cache bit for
 // it and sends the coordinator an overlap report (Request::in_flight = k). In that same cycle

@@ -89,6 +89,12 @@ CollectiveKernel::CollectiveKernel(tfw::OpKernelConstruction* context, OpType op
     OP_REQUIRES_OK(context, context->GetAttr("root_rank", &root_rank_));
   if (context->HasAttr("process_set_id"))
     OP_REQUIRES_OK(context, context->GetAttr("process_set_id", &process_set_));
+  if (context->HasAttr("thread_tags")) {
+    OP_REQUIRES_OK(context, context->GetAttr("thread_tags", &thread_tags_));
+    OP_REQUIRES(context, thread_tags_ <= 1,
+                absl::InvalidArgumentError("thread_tags must be 0 or 1; received " +
+                                           std::to_string(thread_tags_)));
+  }
 }
 
 absl::Status CollectiveKernel::PrepareOutputs(tfw::OpKernelContext* context, TensorEntry* entry) {
@@ -109,6 +115,14 @@ void CollectiveKernel::ComputeAsync(tfw::OpKernelContext* context, DoneCallback 
   entry.process_set = process_set_;
   Request& request = entry.request;
   request.name = tensor_name_;
+  if (thread_tags_ == 1) {
+    const tfw::Tensor& thread = context->input(context->num_inputs() - 1);
+    OP_REQUIRES_ASYNC(context, thread.NumElements() == 1,
+                      absl::InvalidArgumentError("the thread input of '" + tensor_name_ +
+                                                 "' must be one string"),
+                      done);
+    request.name += std::string(thread.flat<tfw::tstring>()(0));
+  }
   request.op_type = op_type_;
   request.reduce_op = reduce_op_;
   request.prescale = prescale_;

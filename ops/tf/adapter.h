@@ -23,6 +23,17 @@ std::string TypeAttr(bool reducible_only);
 Shape FromTfShape(const tfw::TensorShape& shape);
 tfw::TensorShape ToTfShape(const Shape& shape);
 
+// The calling thread of a traced function, at run time. A tf.function is traced once and may
+// then be called from several threads; a collective in it that has no name= gets its key from
+// the trace (kerashvd/collectives/_names.py), the same for every calling thread. Such an op has
+// one extra input, `thread`: a string that Python computes at each call of the function, in
+// the calling thread ("" for the main thread, "[name]" for a thread named `name`), which the
+// kernel appends to the key. Calls from different threads then pair across ranks by thread,
+// whatever order each rank runs them in. Ops with an explicit name have no such input
+// (thread_tags = 0), so graphs built without it keep their meaning.
+inline constexpr char kThreadInput[] = "thread: thread_tags * string";
+inline constexpr char kThreadTagsAttr[] = "thread_tags: int >= 0 = 0";
+
 // Handles every collective's common work: reads the attrs (tensor_name, reduce_op, prescale
 // and postscale factors, root_rank and process_set_id where present), checks the inputs, lets
 // the subclass prepare outputs, submits the entry and finishes the op when the engine calls
@@ -39,8 +50,11 @@ class CollectiveKernel : public tfw::AsyncOpKernel {
   virtual absl::Status Finish(tfw::OpKernelContext* context, const CollectiveResult& result) {
     return absl::OkStatus();
   }
-  // Number of leading inputs that are tensors to communicate (the rest are parameters).
-  virtual int NumDataInputs(tfw::OpKernelContext* context) const { return context->num_inputs(); }
+  // Number of leading inputs that are tensors to communicate (the rest are parameters and
+  // the thread input).
+  virtual int NumDataInputs(tfw::OpKernelContext* context) const {
+    return context->num_inputs() - thread_tags_;
+  }
   // `set`: the process set the collective runs in, with this rank a member.
   virtual absl::Status Validate(tfw::OpKernelContext* context, const ProcessSetView& set,
                                 TensorEntry* entry) {
@@ -64,6 +78,7 @@ class CollectiveKernel : public tfw::AsyncOpKernel {
   float postscale_ = 1.0f;
   int root_rank_ = 0;
   int process_set_ = 0;
+  int thread_tags_ = 0;  // 1 when the op has the `thread` input (kThreadInput)
 };
 
 // Turns `entry` into a failed request (ops/core/controller.h) carrying `why`: no data, and the

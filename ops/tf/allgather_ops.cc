@@ -9,7 +9,7 @@ using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 
 absl::Status UnknownFirstDim(InferenceContext* c) {
-  for (int i = 0; i < c->num_inputs(); ++i) {
+  for (int i = 0; i < c->num_outputs(); ++i) {
     ShapeHandle out;
     TF_RETURN_IF_ERROR(c->ReplaceDim(c->input(i), 0, c->UnknownDim(), &out));
     c->set_output(i, out);
@@ -21,7 +21,9 @@ REGISTER_OP("KerashvdAllgather")
     .Attr(TypeAttr(false))
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")
+    .Attr(kThreadTagsAttr)  // see kThreadInput
     .Input("tensor: T")
+    .Input(kThreadInput)
     .Output("gathered: T")
     .SetIsStateful()  // see kernels.h
     .SetShapeFn(UnknownFirstDim)
@@ -32,7 +34,9 @@ REGISTER_OP("KerashvdGroupedAllgather")
     .Attr("N: int >= 1")
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")
+    .Attr(kThreadTagsAttr)  // see kThreadInput
     .Input("tensors: N * T")
+    .Input(kThreadInput)
     .Output("gathered: N * T")
     .SetIsStateful()  // see kernels.h
     .SetShapeFn(UnknownFirstDim)

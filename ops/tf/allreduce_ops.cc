@@ -13,7 +13,9 @@ REGISTER_OP("KerashvdAllreduce")
     .Attr("postscale_factor: float = 1.0")
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")
+    .Attr(kThreadTagsAttr)  // see kThreadInput
     .Input("tensor: T")
+    .Input(kThreadInput)
     .Output("reduced: T")
     .SetIsStateful()  // see kernels.h
     .SetShapeFn([](InferenceContext* c) {
@@ -30,11 +32,13 @@ REGISTER_OP("KerashvdGroupedAllreduce")
     .Attr("postscale_factor: float = 1.0")
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")
+    .Attr(kThreadTagsAttr)  // see kThreadInput
     .Input("tensors: N * T")
+    .Input(kThreadInput)
     .Output("reduced: N * T")
     .SetIsStateful()  // see kernels.h
     .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      for (int i = 0; i < c->num_outputs(); ++i) c->set_output(i, c->input(i));
       return absl::OkStatus();
     })
     .Doc("Reduces a list of tensors as one unit, fused into one collective.");

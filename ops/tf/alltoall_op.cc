@@ -12,9 +12,11 @@ REGISTER_OP("KerashvdAlltoall")
     .Attr(TypeAttr(false))
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")
+    .Attr(kThreadTagsAttr)  // see kThreadInput
     .Attr("Tsplits: {int32, int64, float, double} = DT_INT64")
     .Input("tensor: T")
     .Input("splits: Tsplits")
+    .Input(kThreadInput)
     .Output("received: T")
     .Output("received_splits: int64")
     .SetIsStateful()  // see kernels.h

@@ -11,7 +11,9 @@ REGISTER_OP("KerashvdBroadcast")
     .Attr("root_rank: int")
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")
+    .Attr(kThreadTagsAttr)  // see kThreadInput
     .Input("tensor: T")
+    .Input(kThreadInput)
     .Output("broadcast: T")
     .SetIsStateful()  // see kernels.h
     .SetShapeFn([](InferenceContext* c) {
@@ -26,11 +28,13 @@ REGISTER_OP("KerashvdGroupedBroadcast")
     .Attr("root_rank: int")
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")
+    .Attr(kThreadTagsAttr)  // see kThreadInput
     .Input("tensors: N * T")
+    .Input(kThreadInput)
     .Output("broadcast: N * T")
     .SetIsStateful()  // see kernels.h
     .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      for (int i = 0; i < c->num_outputs(); ++i) c->set_output(i, c->input(i));
       return absl::OkStatus();
     })
     .Doc("Broadcast of a list of tensors as one unit.");

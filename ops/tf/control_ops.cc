@@ -16,6 +16,8 @@ REGISTER_OP("KerashvdJoin")
 REGISTER_OP("KerashvdBarrier")
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")
+    .Attr(kThreadTagsAttr)  // see kThreadInput
+    .Input(kThreadInput)
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
     .Doc("Waits until every rank has reached the barrier.");

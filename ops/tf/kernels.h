@@ -38,7 +38,7 @@ class AllgatherKernel : public CollectiveKernel {
     for (const Shape& s : entry->request.shapes)
       if (s.empty())
         return absl::InvalidArgumentError(
-            "allgather of '" + tensor_name_ +
+            "allgather of '" + entry->request.name +
             "' needs a tensor of rank >= 1 (it concatenates along the first dimension); "
             "received a scalar. Reshape it to [1] first.");
     return absl::OkStatus();
@@ -59,7 +59,7 @@ class BroadcastKernel : public CollectiveKernel {
                         TensorEntry* entry) override {
     if (set.id == 0) {
       if (root_rank_ < 0 || root_rank_ >= set.size)
-        return absl::InvalidArgumentError("broadcast of '" + tensor_name_ +
+        return absl::InvalidArgumentError("broadcast of '" + entry->request.name +
                                           "': root_rank must be in [0, " +
                                           std::to_string(set.size) + "); received root_rank=" +
                                           std::to_string(root_rank_));
@@ -68,7 +68,7 @@ class BroadcastKernel : public CollectiveKernel {
     auto at = std::find(set.ranks.begin(), set.ranks.end(), root_rank_);
     if (at == set.ranks.end())
       return absl::InvalidArgumentError(
-          "broadcast of '" + tensor_name_ + "': root_rank=" + std::to_string(root_rank_) +
+          "broadcast of '" + entry->request.name + "': root_rank=" + std::to_string(root_rank_) +
           " is not in process set " + std::to_string(set.id) + " (ranks " + RankList(set.ranks) +
           "); pass the world rank of one of its members.");
     entry->request.root_rank = static_cast<int>(at - set.ranks.begin());
@@ -104,7 +104,7 @@ class AlltoallKernel : public CollectiveKernel {
                         TensorEntry* entry) override {
     const Shape& shape = entry->request.shapes[0];
     if (shape.empty())
-      return absl::InvalidArgumentError("alltoall of '" + tensor_name_ +
+      return absl::InvalidArgumentError("alltoall of '" + entry->request.name +
                                         "' needs a tensor of rank >= 1; received a scalar.");
     const int size = set.size;
     const tfw::Tensor& splits = context->input(1);
@@ -112,7 +112,7 @@ class AlltoallKernel : public CollectiveKernel {
     if (splits.NumElements() == 0) {
       if (rows % size != 0)
         return absl::InvalidArgumentError(
-            "alltoall of '" + tensor_name_ + "' without splits needs a first dimension divisible "
+            "alltoall of '" + entry->request.name + "' without splits needs a first dimension divisible "
             "by the number of ranks (" + std::to_string(size) + "); received " +
             std::to_string(rows) + " rows. Pass splits= to send uneven parts.");
       entry->splits.assign(size, rows / size);
@@ -120,18 +120,18 @@ class AlltoallKernel : public CollectiveKernel {
     }
     if (splits.dims() != 1 || splits.NumElements() != size)
       return absl::InvalidArgumentError(
-          "alltoall of '" + tensor_name_ + "': splits must be a vector with one entry per rank (" +
+          "alltoall of '" + entry->request.name + "': splits must be a vector with one entry per rank (" +
           std::to_string(size) + "); received shape " + splits.shape().DebugString());
     std::vector<double> values;  // exact for every integer a tensor's rows can count
     for (int i = 0; i < size; ++i) values.push_back(SplitValue(splits, i));
     int64_t total = 0;
     for (double v : values) {
       if (!(v == std::floor(v)) || std::fabs(v) > 9e15)
-        return absl::InvalidArgumentError("alltoall of '" + tensor_name_ +
+        return absl::InvalidArgumentError("alltoall of '" + entry->request.name +
                                           "': splits must be whole numbers; received " +
                                           SplitsString(values));
       if (v < 0)
-        return absl::InvalidArgumentError("alltoall of '" + tensor_name_ +
+        return absl::InvalidArgumentError("alltoall of '" + entry->request.name +
                                           "': splits must be >= 0; received " +
                                           SplitsString(values));
       entry->splits.push_back(static_cast<int64_t>(v));
@@ -139,7 +139,7 @@ class AlltoallKernel : public CollectiveKernel {
     }
     if (total != rows)
       return absl::InvalidArgumentError(
-          "alltoall of '" + tensor_name_ + "': splits sum to " + std::to_string(total) +
+          "alltoall of '" + entry->request.name + "': splits sum to " + std::to_string(total) +
           " but the tensor has " + std::to_string(rows) + " rows; they must be equal.");
     return absl::OkStatus();
   }
@@ -168,7 +168,7 @@ class ReducescatterKernel : public CollectiveKernel {
   absl::Status Validate(tfw::OpKernelContext*, const ProcessSetView&, TensorEntry* entry) override {
     for (const Shape& s : entry->request.shapes)
       if (s.empty())
-        return absl::InvalidArgumentError("reducescatter of '" + tensor_name_ +
+        return absl::InvalidArgumentError("reducescatter of '" + entry->request.name +
                                           "' needs a tensor of rank >= 1; received a scalar.");
     const ReduceOpInfo* op = FindReduceOp(static_cast<int>(reduce_op_));
     if (op == nullptr || !op->scatter)

@@ -9,7 +9,7 @@ using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 
 absl::Status ScatteredShape(InferenceContext* c) {
-  for (int i = 0; i < c->num_inputs(); ++i) {
+  for (int i = 0; i < c->num_outputs(); ++i) {
     ShapeHandle out;
     TF_RETURN_IF_ERROR(c->ReplaceDim(c->input(i), 0, c->UnknownDim(), &out));
     c->set_output(i, out);
@@ -24,7 +24,9 @@ REGISTER_OP("KerashvdReducescatter")
     .Attr("postscale_factor: float = 1.0")
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")
+    .Attr(kThreadTagsAttr)  // see kThreadInput
     .Input("tensor: T")
+    .Input(kThreadInput)
     .Output("scattered: T")
     .SetIsStateful()  // see kernels.h
     .SetShapeFn(ScatteredShape)
@@ -38,7 +40,9 @@ REGISTER_OP("KerashvdGroupedReducescatter")
     .Attr("postscale_factor: float = 1.0")
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")
+    .Attr(kThreadTagsAttr)  // see kThreadInput
     .Input("tensors: N * T")
+    .Input(kThreadInput)
     .Output("scattered: N * T")
     .SetIsStateful()  // see kernels.h
     .SetShapeFn(ScatteredShape)

@@ -5,7 +5,8 @@ each round, a few named threads issue their own random sequence of collectives (
 shape, reduce op, root, splits, process set, named or unnamed; IndexedSlices alone or beside
 a dense tensor; a traced function whose unnamed collectives some ranks retrace and others
 not) while the main thread issues its own; one thread's collective is used by two of its
-sub-threads at once under one name (or one traced function), which every member must refuse.
+sub-threads at once under one name, which every member must refuse, or in one traced function,
+whose calls must both complete, each paired by its sub-thread.
 Then the ranks leave one by one through ``join()`` after a random number of allreduces each,
 named or not, in the world and in every set they belong to (where a joined member gives the
 identity), trying now and then a collective that join() refuses. Every rank computes every
@@ -101,7 +102,8 @@ def _plan(size, set_names):
     for rnd in range(ROUNDS):
         threads = [[_draw_op(rng, f"rand/{SEED}/{rnd}/{t}/{i}", size, set_names)
                     for i in range(OPS_PER_THREAD)] for t in range(THREADS + 1)]
-        # One worker's collective is called by two of its sub-threads at once, under one name.
+        # One worker's collective is called by two of its sub-threads at once (one name or one
+        # traced function).
         t, i = int(rng.integers(1, THREADS + 1)), int(rng.integers(OPS_PER_THREAD))
         threads[t][i] = {"key": threads[t][i]["key"], "kind": "overlap", "mismatch": None,
                          "dtype": "float32", "named": True, "set": threads[t][i]["set"],
@@ -238,8 +240,10 @@ def _run_traced(hvd, op, members, ps, what):
 
 def _run_overlap(hvd, op, members, ps, what):
     """Two sub-threads call one name (or one traced function) at once. The last member starts
-    its calls only once the others' are in flight, so with two members or more every member
-    must refuse both; a member alone either runs both or refuses both."""
+    its calls only once the others' are in flight. One name: with two members or more every
+    member must refuse both; a member alone either runs both or refuses both. One traced
+    function: its unnamed collective's key takes the calling thread, so both calls complete,
+    each paired with the same sub-thread's on the other members."""
     r, key = hvd.rank(), op["key"].replace("/", ".")
     late = members[-1]
 
@@ -279,6 +283,10 @@ def _run_overlap(hvd, op, members, ps, what):
     for sub in subs:
         sub.join(timeout=120)
     assert not any(sub.is_alive() for sub in subs), f"{what}: a call hangs"
+    if op["shared"] == "function":
+        expected = [len(members) * 1000.0 * (i + 1) + sum(members) for i in range(2)]
+        assert outcomes == expected, (what, outcomes)
+        return
     refused = [isinstance(o, str) and "was called again while an earlier call" in o
                for o in outcomes]
     if len(members) > 1 or refused[0]:

@@ -8,7 +8,9 @@ thread's, and one per thread name for the others), and two live threads with the
 that issue unnamed collectives get an error asking for name=. So do unnamed collectives from a
 thread pool or from a thread with Python's default name. Inside a tf.function the name is the
 function's and the call's place in its trace, so a rank that retraces (a partial last batch)
-still agrees with the others.
+still agrees with the others; the thread that calls the function is added to the key at each
+call, so one traced function shared by several threads pairs each thread's calls with the same
+thread's calls on the other ranks.
 """
 
 import threading
@@ -41,19 +43,22 @@ def _run_threads(targets):
     return errors
 
 
-@pytest.mark.parametrize("where", ["eager", "tf.function per thread"])
+@pytest.mark.parametrize("where", ["eager", "tf.function per thread", "one tf.function"])
 def test_unnamed_allreduces_from_two_threads_are_correct(hvd, where):
-    """Eagerly, and with a tf.function of one Python function per thread (each thread traces
-    its own): the names carry the thread's name, so the threads' calls never meet."""
+    """Eagerly, with a tf.function of one Python function per thread (each thread traces its
+    own), and with one tf.function both threads call (one trace, its key completed by the
+    calling thread at each call): the threads' calls never meet."""
     n, r = hvd.size(), hvd.rank()
     results = {}
 
     def body(x):
         return hvd.allreduce(x, op=hvd.Sum)
 
+    shared = tf.function(body)
+
     def work(tag, base):
         def run():
-            reduce = body if where == "eager" else tf.function(body)
+            reduce = {"eager": body, "one tf.function": shared}.get(where) or tf.function(body)
             got = []
             for i in range(CALLS):
                 # Every rank adds its rank, so each call's sum is unique to (thread, call).
@@ -73,6 +78,58 @@ def test_unnamed_allreduces_from_two_threads_are_correct(hvd, where):
     # The main thread's own counter is independent of the threads'.
     got = hvd.allreduce(tf.constant([1.0]), op=hvd.Sum)
     assert got.numpy()[0] == n
+
+
+def test_one_traced_function_with_a_gradient_called_by_two_threads_at_once(hvd):
+    """One tf.function, traced once, holding an allreduce and its gradient (a tape inside the
+    function), called by two threads at once: without the calling thread in the key, the
+    threads' calls share one key, so each rank would refuse a different thread's call as
+    already in flight, or pair thread a's call on one rank with thread b's on another."""
+    n, r = hvd.size(), hvd.rank()
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            total = hvd.allreduce(x * x, op=hvd.Sum)
+            loss = tf.reduce_sum(total)
+        return total, tape.gradient(loss, x)
+
+    results = {}
+
+    def work(tag, base):
+        def run():
+            results[tag] = [[t.numpy().tolist() for t in step(tf.constant([base + i, r + 1.0]))]
+                            for i in range(CALLS // 3)]
+        return run
+
+    errors = _run_threads([("kerashvd.test.a", work("a", 1.0)),
+                           ("kerashvd.test.b", work("b", 1000.0))])
+    assert not errors, errors
+    squares = sum((q + 1.0) ** 2 for q in range(n))
+    for tag, base in (("a", 1.0), ("b", 1000.0)):
+        for i, (total, grad) in enumerate(results[tag]):
+            v = base + i
+            assert total == [n * v * v, squares], (tag, i, total)
+            # d/dx of the sum over ranks of x*x: the allreduce's gradient is a Sum.
+            assert grad == [2 * v * n, 2 * (r + 1.0) * n], (tag, i, grad)
+    assert step.experimental_get_tracing_count() == 1
+
+
+def test_a_traced_function_called_from_a_pool_worker_is_refused_at_the_call(hvd):
+    """Traced on the main thread, called from a pool's worker: refused at each call on every
+    rank alike, as an eager unnamed call from there is; from the main thread it still works."""
+    import concurrent.futures
+
+    @tf.function
+    def step(x):
+        return hvd.allreduce(x, op=hvd.Sum)
+
+    assert float(step(tf.constant(1.0))) == hvd.size()
+    with concurrent.futures.ThreadPoolExecutor(1) as executor:
+        messages = executor.submit(lambda: _refusals([lambda: step(tf.constant(2.0))])).result()
+    assert len(messages) == 1 and "is a worker of a thread pool" in messages[0], messages
+    assert float(step(tf.constant(3.0))) == 3.0 * hvd.size()
 
 
 def test_unnamed_collectives_from_two_threads_with_one_name_are_refused(hvd):

@@ -115,6 +115,44 @@ def test_traced_function():
         assert _call(_private_api.traced_function) is None  # a TF1 graph
 
 
+def test_call_time_value():
+    """The value is computed at each call, in the calling thread, also for a nested function
+    and inside a tf.cond branch; one key in one graph is one tensor."""
+    import threading
+
+    import tensorflow as tf
+
+    def thread_name():
+        return tf.constant(threading.current_thread().name)
+
+    def value():
+        graph, _ = _call(_private_api.traced_function)
+        return _call(_private_api.call_time_value, graph, thread_name, "test.thread")
+
+    @tf.function
+    def inner(x):
+        return value()
+
+    @tf.function
+    def outer(x):
+        same = tf.cond(x > 0, value, value)
+        return tf.strings.join([value(), "/", same, "/", inner(x)])
+
+    got = {}
+    for name in ("test.a", "test.b"):
+        thread = threading.Thread(target=lambda: got.update(
+            {threading.current_thread().name: outer(tf.constant(1.0)).numpy().decode()}),
+            name=name)
+        thread.start()
+        thread.join()
+    _hook(got == {n: f"{n}/{n}/{n}" for n in ("test.a", "test.b")},
+          "FuncGraph.capture_call_time_value (value per call, lifted from nested functions)",
+          "kerashvd/collectives/_names.py", "tell a traced function's collectives which "
+          "thread called it")
+    assert outer.experimental_get_tracing_count() == 1
+    assert outer(tf.constant(-1.0)).numpy().decode() == "MainThread/MainThread/MainThread"
+
+
 def test_batch_norm_statistics_method_and_reduction_axes():
     from kerashvd.training.keras_compat import USES_TF_KERAS, keras
 
