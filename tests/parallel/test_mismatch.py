@@ -207,34 +207,55 @@ def _overlapping_calls(hvd, call, tag):
 
 
 @multi_rank
-@pytest.mark.parametrize("shared", ["name", "tf.function"])
+@pytest.mark.parametrize("shared", ["name", "named in a tf.function"])
 def test_one_name_in_flight_twice_fails_on_every_rank(hvd, shared):
-    """Two threads use one name= (or one traced function, whose collective has one name) at
-    once. No rank can tell which of another rank's calls goes with which of its own, so none
-    pairs them: all calls fail on every rank, the late rank's as they arrive, naming the name
-    and the fix. Then the name works again."""
+    """Two threads use one name= at once, eagerly or through one traced function that holds
+    the named collective. No rank can tell which of another rank's calls goes with which of
+    its own, so none pairs them: all calls fail on every rank, the late rank's as they arrive,
+    naming the name and the fix. Then the name works again."""
     n, r = hvd.size(), hvd.rank()
     name = "overlap.explicit"
+
+    @tf.function
+    def step(x):
+        return hvd.allreduce(x, op=hvd.Sum, name=name)
+
+    def call(thread, value=None):
+        x = tf.constant(100.0 * (thread + 1) + r if value is None else value)
+        return float(step(x) if shared != "name" else hvd.allreduce(x, op=hvd.Sum, name=name))
+
+    call(0, value=1.0)  # traces the function in the main thread
+    outcomes = _overlapping_calls(hvd, call, shared)
+    assert sorted(outcomes) == [0, 1], outcomes
+    for thread, outcome in outcomes.items():
+        assert isinstance(outcome, str), f"thread {thread} got {outcome} instead of an error"
+        assert f"allreduce '{name}' was called again while an earlier call" in outcome, outcome
+        assert "Give each thread its own names" in outcome, outcome
+    # Every rank failed the same two calls, so the next ones pair again.
+    assert call(0, value=1.0) == n
+    assert call(0, value=float(r)) == n * (n - 1) / 2
+
+
+@multi_rank
+def test_one_traced_function_in_flight_from_two_threads_pairs_by_thread(hvd):
+    """Two named threads call one traced function, whose collective is unnamed, at once,
+    while the last rank starts its calls late: each thread's call pairs with the same
+    thread's call on every rank (the calling thread completes the key at run time), so both
+    complete with their own sums, never each other's."""
+    n, r = hvd.size(), hvd.rank()
 
     @tf.function
     def step(x):
         return hvd.allreduce(x, op=hvd.Sum)
 
     def call(thread, value=None):
-        x = tf.constant(100.0 * (thread + 1) + r if value is None else value)
-        return float(step(x) if shared == "tf.function" else hvd.allreduce(x, op=hvd.Sum, name=name))
+        return float(step(tf.constant(100.0 * (thread + 1) + r if value is None else value)))
 
-    call(0, value=1.0)  # traced in the main thread (its name is the same on every rank)
-    outcomes = _overlapping_calls(hvd, call, shared)
-    assert sorted(outcomes) == [0, 1], outcomes
-    key = name if shared == "name" else "step.noname.0"
-    for thread, outcome in outcomes.items():
-        assert isinstance(outcome, str), f"thread {thread} got {outcome} instead of an error"
-        assert f"allreduce '{key}' was called again while an earlier call" in outcome, outcome
-        assert "Give each thread its own names" in outcome, outcome
-    # Every rank failed the same two calls, so the next ones pair again.
-    assert call(0, value=1.0) == n
-    assert call(0, value=float(r)) == n * (n - 1) / 2
+    assert call(0, value=1.0) == n  # traced in the main thread
+    outcomes = _overlapping_calls(hvd, call, "unnamed in a tf.function")
+    ranks_sum = n * (n - 1) / 2
+    assert outcomes == {t: n * 100.0 * (t + 1) + ranks_sum for t in range(2)}, outcomes
+    assert call(0, value=float(r)) == ranks_sum
 
 
 @multi_rank
