@@ -140,6 +140,9 @@ BAD_IMPORTS = [
 
 @pytest.mark.parametrize("path, line, message", BAD_IMPORTS, ids=[p for p, _, _ in BAD_IMPORTS])
 def test_an_import_against_the_layers_breaks_a_contract(tmp_path, path, line, message):
+    if _editable_install():
+        pytest.skip("an editable install imports kerashvd from the checkout whatever the path, "
+                    "so a changed copy cannot be checked (the wheel install of .ci/run can)")
     for name in ("kerashvd", "callbacks"):
         shutil.copytree(os.path.join(REPO, name), tmp_path / name,
                         ignore=shutil.ignore_patterns("__pycache__"))
