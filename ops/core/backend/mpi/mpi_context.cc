@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "../../types.h"
+#include "mpi_reduce_ops.h"
 
 namespace kerashvd {
 namespace {
@@ -41,6 +42,8 @@ MPI_Datatype MpiDatatype(DataType dtype) {
     case DataType::kInt64: return MPI_INT64_T;
     case DataType::kFloat32: return MPI_FLOAT;
     case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kFloat16:
+    case DataType::kBfloat16: return MpiHalfType(dtype);  // with MpiOp's operations for it
     default: return MPI_DATATYPE_NULL;  // not reducible by MPI directly
   }
 }

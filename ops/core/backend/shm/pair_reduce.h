@@ -15,7 +15,7 @@
 namespace kerashvd {
 
 // Whether PairReduce handles `dtype` with `op`: Sum, Min, Max or Product of a natively
-// reducible type (IsReducible, not a half: the engine reduces halves in float32).
+// reducible type (IsReducible) other than float16/bfloat16, which go through MPI.
 bool PairReducible(DataType dtype, ReduceOp op);
 
 // out[i] = copy[i] = ScaleOne(a[i] op b[i], factor) for i < count (buffer_ops.h; a factor of
