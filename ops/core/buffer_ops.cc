@@ -106,16 +106,6 @@ void ScaleCopy(const void* src, void* dst, int64_t count, DataType dtype, double
   }
 }
 
-void ReduceHalves(const void* in, void* inout, int64_t count, DataType dtype, ReduceOp op) {
-  const uint16_t* a = static_cast<const uint16_t*>(in);
-  uint16_t* b = static_cast<uint16_t*>(inout);
-  const bool product = op == ReduceOp::kProduct;
-  for (int64_t i = 0; i < count; ++i) {
-    const float x = HalfToFloatOne(a[i], dtype), y = HalfToFloatOne(b[i], dtype);
-    b[i] = FloatToHalfOne(product ? x * y : x + y, dtype);
-  }
-}
-
 void HalfToFloat(const void* src, float* dst, int64_t count, DataType dtype, double factor) {
   const uint16_t* h = static_cast<const uint16_t*>(src);
   const float f = static_cast<float>(factor);

@@ -23,11 +23,6 @@ inline T ScaleOne(T value, double factor) {
 // One float16/bfloat16 element (its bits) as float32, and a float32 rounded to nearest even.
 float HalfToFloatOne(uint16_t bits, DataType dtype);
 uint16_t FloatToHalfOne(float value, DataType dtype);
-// inout[i] = in[i] + inout[i] (op Sum) or in[i] * inout[i] (op Product) for float16/bfloat16:
-// computed in float32, rounded to nearest even. Commutative on bits, so the same on every rank
-// whatever order an algorithm combines the ranks' values in. The MPI backend's operation for
-// halves where the MPI library has none of its own (mpi/mpi_reduce_ops.h).
-void ReduceHalves(const void* in, void* inout, int64_t count, DataType dtype, ReduceOp op);
 // float16/bfloat16 -> float32, multiplied by factor.
 void HalfToFloat(const void* src, float* dst, int64_t count, DataType dtype, double factor);
 // float32 -> float16/bfloat16 (round to nearest even), multiplied by factor first.

@@ -1,12 +1,15 @@
-// Element-wise host arithmetic of float16/bfloat16 (buffer_ops.h): scaling in float32 with one
-// rounding to nearest even, and ReduceHalves, the MPI backend's operation for halves where the
-// MPI library has none. Its results must not depend on the order in which an algorithm
-// combines the ranks' values (commutative on bits), and must round like the library's own.
+// Element-wise host arithmetic of float16/bfloat16: scaling in float32 with one rounding to
+// nearest even (buffer_ops.h), and ReduceHalves (half_reduce.h), the arithmetic of every host
+// reduction of halves. Its results must not depend on the order in which an algorithm combines
+// the ranks' values (commutative on bits, NaN included), and its vector path must give the
+// bits of its scalar one.
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "../buffer_ops.h"
+#include "../half_reduce.h"
 #include "rank_threads_test.h"
 
 namespace kerashvd {
@@ -65,22 +68,51 @@ TEST_F(BufferOpsTest, ReduceHalvesSumsAndMultipliesWithOneRounding) {
   EXPECT_EQ(y[1], 0x7C00);
 }
 
-TEST_F(BufferOpsTest, ReduceHalvesIsCommutativeOnBits) {
+// Random halves of every kind: normal values over the whole range, subnormals, zeros of both
+// signs, infinities and NaNs with payloads.
+std::vector<uint16_t> RandomHalves(std::mt19937* random, int n) {
+  std::uniform_int_distribution<int> bits(0, 0xFFFF), kind(0, 15);
+  std::vector<uint16_t> out(n);
+  for (int i = 0; i < n; ++i) {
+    out[i] = static_cast<uint16_t>(bits(*random));
+    if (kind(*random) == 0) out[i] &= 0x83FF;  // subnormal or zero, either sign
+  }
+  return out;
+}
+
+TEST_F(BufferOpsTest, ReduceHalvesIsCommutativeOnBitsNanIncluded) {
   std::mt19937 random(7);
-  std::uniform_real_distribution<float> value(-1000.0f, 1000.0f);
   for (DataType dtype : kHalves)
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProduct}) {
-      const int n = 4096;
-      std::vector<uint16_t> a(n), b(n);
-      for (int i = 0; i < n; ++i) {
-        a[i] = Bits(value(random), dtype);
-        b[i] = Bits(value(random), dtype);
-      }
+      const int n = 1 << 16;
+      const std::vector<uint16_t> a = RandomHalves(&random, n), b = RandomHalves(&random, n);
       std::vector<uint16_t> ab = b, ba = a;
       ReduceHalves(a.data(), ab.data(), n, dtype, op);
       ReduceHalves(b.data(), ba.data(), n, dtype, op);
       EXPECT_EQ(ab, ba) << DataTypeName(dtype) << " " << ReduceOpName(op);
+      const uint16_t nan = dtype == DataType::kFloat16 ? 0x7E00 : 0x7FC0;
+      int nans = 0;
+      for (int i = 0; i < n; ++i) {
+        if (!std::isnan(HalfToFloatOne(ab[i], dtype))) continue;
+        ++nans;
+        ASSERT_EQ(ab[i], nan) << "element " << i << ": NaN is always the canonical one";
+      }
+      EXPECT_GT(nans, 0);
     }
+}
+
+TEST_F(BufferOpsTest, ReduceHalvesVectorPathGivesTheScalarBits) {
+  if (!HalvesVectorized()) GTEST_SKIP() << "this CPU has no F16C/AVX2: only the scalar path runs";
+  std::mt19937 random(11);
+  for (DataType dtype : kHalves)
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProduct})
+      for (int n : {0, 1, 7, 8, 9, 17, 1 << 16}) {  // whole vectors and tails
+        const std::vector<uint16_t> a = RandomHalves(&random, n), b = RandomHalves(&random, n);
+        std::vector<uint16_t> vector = b, scalar = b;
+        ReduceHalves(a.data(), vector.data(), n, dtype, op);
+        ReduceHalvesScalar(a.data(), scalar.data(), n, dtype, op);
+        EXPECT_EQ(vector, scalar) << DataTypeName(dtype) << " " << ReduceOpName(op) << " " << n;
+      }
 }
 
 }  // namespace

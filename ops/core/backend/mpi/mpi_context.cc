@@ -5,7 +5,6 @@
 #include <mutex>
 
 #include "../../types.h"
-#include "mpi_reduce_ops.h"
 
 namespace kerashvd {
 namespace {
@@ -43,7 +42,7 @@ MPI_Datatype MpiDatatype(DataType dtype) {
     case DataType::kFloat32: return MPI_FLOAT;
     case DataType::kFloat64: return MPI_DOUBLE;
     case DataType::kFloat16:
-    case DataType::kBfloat16: return MpiHalfType(dtype);  // with MpiOp's operations for it
+    case DataType::kBfloat16: return MPI_UINT16_T;  // with MpiOp's operations (mpi_reduce_ops.h)
     default: return MPI_DATATYPE_NULL;  // not reducible by MPI directly
   }
 }
