@@ -5,6 +5,8 @@
 (see overlap_bench).
 ``python -m kerashvd.bench latency``: where a small allreduce's time goes, engine phase by
 phase, next to raw MPI (see latency_bench).
+``python -m kerashvd.bench compression``: what fp16/bf16 compression saves per allreduce, and
+the bytes each node sends (see compression_bench).
 
 Started without an MPI launcher it relaunches itself with ``kerashvdrun -np NP`` (default 2).
 Each benchmark's output opens with '#' lines that record the run: date and time (UTC), host,
@@ -57,6 +59,16 @@ def _under_mpi():
     return any(k in os.environ for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"))
 
 
+def relaunch(argv, np):
+    """Outside an MPI launcher, with np > 1: runs ``python -m kerashvd.bench *argv`` on np ranks
+    through kerashvdrun (whose supervisors keep TensorFlow's start-up notices out of the
+    tables) and returns its exit status; else None (the caller measures in this process)."""
+    if _under_mpi() or np <= 1:
+        return None
+    return subprocess.call([sys.executable, "-m", "kerashvd.launcher.cli", "-np", str(np),
+                            sys.executable, "-m", "kerashvd.bench", *argv])
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["keras"]:
@@ -71,6 +83,10 @@ def main(argv=None):
         from .latency_bench import main as latency_main
 
         return latency_main(argv[1:])
+    if argv[:1] == ["compression"]:
+        from .compression_bench import main as compression_main
+
+        return compression_main(argv[1:])
     if argv[:1] == ["elastic"]:
         from .elastic_bench import main as elastic_main
 
@@ -78,12 +94,9 @@ def main(argv=None):
     if argv[:1] == ["allreduce"]:
         argv = argv[1:]
     args = _parse(argv)
-    if not _under_mpi() and args.np > 1:
-        # Through kerashvdrun, whose supervisors keep TensorFlow's startup notices out of
-        # the table.
-        cmd = [sys.executable, "-m", "kerashvd.launcher.cli", "-np", str(args.np),
-               sys.executable, "-m", "kerashvd.bench"] + argv
-        return subprocess.call(cmd)
+    status = relaunch(argv, args.np)
+    if status is not None:
+        return status
     from .allreduce_bench import run
 
     run(args)

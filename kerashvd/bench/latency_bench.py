@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -218,11 +217,11 @@ def run(args):
 
 
 def main(argv):
+    from .__main__ import relaunch
+
     args = _parse(argv)
-    if not any(k in os.environ for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE",
-                                         "PMIX_RANK")) and args.np > 1:
-        cmd = [sys.executable, "-m", "kerashvd.launcher.cli", "-np", str(args.np),
-               sys.executable, "-m", "kerashvd.bench", "latency"] + list(argv)
-        return subprocess.call(cmd)
+    status = relaunch(["latency", *argv], args.np)
+    if status is not None:
+        return status
     run(args)
     return 0

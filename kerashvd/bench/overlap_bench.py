@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -235,17 +234,14 @@ def _report(args, cycles, timeline, net, tf, hosts, started, load):
     print(f"{'step ends':<34}{'':16}{end:10.1f}   (compute-only step: median {compute:.1f})")
 
 
-def _under_mpi():
-    return any(k in os.environ for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"))
-
-
 def main(argv=None):
     argv = sys.argv[2:] if argv is None else list(argv)
     args = _parse(argv)
     args.argv = argv
-    if not _under_mpi() and args.np > 1:
-        cmd = [sys.executable, "-m", "kerashvd.launcher.cli", "-np", str(args.np),
-               sys.executable, "-m", "kerashvd.bench", "overlap"] + argv
-        return subprocess.call(cmd)
+    from .__main__ import relaunch
+
+    status = relaunch(["overlap", *argv], args.np)
+    if status is not None:
+        return status
     run(args)
     return 0

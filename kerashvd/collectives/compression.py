@@ -45,15 +45,17 @@ class _CastCompressor(Compressor):
 
 
 class FP16Compressor(_CastCompressor):
-    """Casts floating-point tensors to float16 for the collective. The engine widens them to
-    float32 to reduce them, so the bytes MPI or NCCL sends are those of float32."""
+    """Casts floating-point tensors to float16 for the collective: MPI or NCCL sends and sums
+    them as float16, half the bytes of float32, and the result is cast back. Sums past
+    float16's range (65504) are infinite; ``bf16`` keeps float32's range."""
 
     wire_dtype = tf.float16
 
 
 class BF16Compressor(_CastCompressor):
-    """Casts floating-point tensors to bfloat16 for the collective. The engine widens them to
-    float32 to reduce them, so the bytes MPI or NCCL sends are those of float32."""
+    """Casts floating-point tensors to bfloat16 for the collective: MPI or NCCL sends and sums
+    them as bfloat16, half the bytes of float32 with float32's range and 8 significant bits,
+    and the result is cast back."""
 
     wire_dtype = tf.bfloat16
 

@@ -3,8 +3,9 @@
 ``Min`` and ``Max`` of floats propagate NaN as numpy's ``np.minimum``/``np.maximum`` do: an
 element that is NaN on any rank is NaN on every rank. They also order -0.0 below +0.0 (Max
 of -0.0 and +0.0 is +0.0, Min is -0.0), so every rank gets the same bits, whatever order the
-ranks' values are combined in. float16 and bfloat16 are reduced in float32 and follow the
-same rule; integer Min and Max are exact.
+ranks' values are combined in. float16 and bfloat16 Min and Max are taken in float32 (the
+same values) and follow the same rule; their Sum and Product are computed in their own type,
+each step rounded to it. Integer Min and Max are exact.
 
 The names and numbers are the engine's (``kerashvd._core.REDUCE_OPS``, from
 ops/core/types.cc): ``Average``, ``Sum``, ``Min``, ``Max``, ``Product``, and ``Adasum``,

@@ -74,6 +74,14 @@ uint16_t FloatToFp16(float f) {
 
 }  // namespace
 
+float HalfToFloatOne(uint16_t bits, DataType dtype) {
+  return dtype == DataType::kBfloat16 ? Bf16ToFloat(bits) : Fp16ToFloat(bits);
+}
+
+uint16_t FloatToHalfOne(float value, DataType dtype) {
+  return dtype == DataType::kBfloat16 ? FloatToBf16(value) : FloatToFp16(value);
+}
+
 void ScaleCopy(const void* src, void* dst, int64_t count, DataType dtype, double factor) {
   switch (dtype) {
     case DataType::kUint8: ScaleTyped(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), count, factor); break;
@@ -82,6 +90,17 @@ void ScaleCopy(const void* src, void* dst, int64_t count, DataType dtype, double
     case DataType::kInt64: ScaleTyped(static_cast<const int64_t*>(src), static_cast<int64_t*>(dst), count, factor); break;
     case DataType::kFloat32: ScaleTyped(static_cast<const float*>(src), static_cast<float*>(dst), count, factor); break;
     case DataType::kFloat64: ScaleTyped(static_cast<const double*>(src), static_cast<double*>(dst), count, factor); break;
+    case DataType::kFloat16:
+    case DataType::kBfloat16:
+      if (factor != 1.0) {
+        const uint16_t* in = static_cast<const uint16_t*>(src);
+        uint16_t* out = static_cast<uint16_t*>(dst);
+        const float f = static_cast<float>(factor);
+        for (int64_t i = 0; i < count; ++i)
+          out[i] = FloatToHalfOne(HalfToFloatOne(in[i], dtype) * f, dtype);
+        break;
+      }
+      [[fallthrough]];
     default:
       if (src != dst) std::memcpy(dst, src, count * DataTypeSize(dtype));
   }

@@ -9,7 +9,8 @@
 
 namespace kerashvd {
 
-// dst[i] = src[i] * factor, for a natively reducible dtype (src may equal dst).
+// dst[i] = src[i] * factor, for a natively reducible dtype (src may equal dst). float16 and
+// bfloat16 are multiplied in float32 and rounded to nearest even.
 void ScaleCopy(const void* src, void* dst, int64_t count, DataType dtype, double factor);
 // One element of ScaleCopy: floats multiply by the factor rounded to their type, integers go
 // through double. The shared-memory pair scales with it too, so its results equal a fused
@@ -19,6 +20,9 @@ inline T ScaleOne(T value, double factor) {
   if constexpr (std::is_floating_point<T>::value) return value * static_cast<T>(factor);
   else return static_cast<T>(static_cast<double>(value) * factor);
 }
+// One float16/bfloat16 element (its bits) as float32, and a float32 rounded to nearest even.
+float HalfToFloatOne(uint16_t bits, DataType dtype);
+uint16_t FloatToHalfOne(float value, DataType dtype);
 // float16/bfloat16 -> float32, multiplied by factor.
 void HalfToFloat(const void* src, float* dst, int64_t count, DataType dtype, double factor);
 // float32 -> float16/bfloat16 (round to nearest even), multiplied by factor first.

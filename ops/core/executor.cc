@@ -131,14 +131,16 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
   options.any_out_of_place = group.size() == 1 && sig.shapes.size() == 1 && sig.out_of_place;
 
   // Decided from negotiated facts only, so that every rank (a joined one too) takes the same
-  // path: the spans scale before handing results over, the other paths after. A group may
-  // fuse float32 with halves (their wire type): such a group goes through the buffer.
-  bool spans = !IsHalf(sig.dtype) && backend_->ReducesSpans(sig.dtype, options.op);
+  // path: the spans scale before handing results over, the other paths after. A group whose
+  // wire type is not its dtype (WireType: Min/Max of halves) is widened in the buffer, and may
+  // fuse float32 with halves.
+  const DataType wire = WireType(sig.dtype, options.op);
+  bool spans = wire == sig.dtype && backend_->ReducesSpans(sig.dtype, options.op);
   for (const WorkItem* item : group) spans = spans && item->response.request.dtype == sig.dtype;
   if (spans) return AllreduceSpans(group, options);
 
   // Fast path: one tensor in its own dtype, reduced from its input into its output.
-  if (group.size() == 1 && sig.shapes.size() == 1 && !IsHalf(sig.dtype) && group[0]->entry) {
+  if (group.size() == 1 && sig.shapes.size() == 1 && wire == sig.dtype && group[0]->entry) {
     WorkItem& item = *group[0];
     int64_t count = NumElements(sig.shapes[0]);
     void* out;
@@ -156,7 +158,6 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
     return Status::Ok();
   }
 
-  const DataType wire = IsHalf(sig.dtype) ? DataType::kFloat32 : sig.dtype;
   const int64_t wire_size = DataTypeSize(wire);
   int64_t total = 0;
   for (WorkItem* item : group) total += FusedBytes(item->response.request);
@@ -173,7 +174,7 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
       char* dst = buffer + offset;
       Status s;
       if (!item->entry) s = memory_->FillIdentity(dst, n, wire, options.op);
-      else if (IsHalf(r.dtype))
+      else if (r.dtype != wire)
         s = memory_->HalfToFloat(item->entry->inputs[i], reinterpret_cast<float*>(dst), n, r.dtype,
                                  r.prescale);
       else s = memory_->ScaleCopy(item->entry->inputs[i], dst, n, r.dtype, r.prescale);
@@ -196,7 +197,7 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
       void* out;
       KERASHVD_RETURN_IF_ERROR(Output(*item, i, r.shapes[i], &out));
       KERASHVD_RETURN_IF_ERROR(
-          IsHalf(r.dtype) ? memory_->FloatToHalf(reinterpret_cast<const float*>(src), out, n, r.dtype, post)
+          r.dtype != wire ? memory_->FloatToHalf(reinterpret_cast<const float*>(src), out, n, r.dtype, post)
                           : memory_->ScaleCopy(src, out, n, r.dtype, post));
     }
   }
@@ -309,7 +310,8 @@ Status Executor::Alltoall(WorkItem& item, CollectiveResult* result) {
 Status Executor::Reducescatter(WorkItem& item) {
   const Request& sig = item.response.request;
   const ReduceOptions options{sig.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : sig.reduce_op};
-  const DataType wire = IsHalf(sig.dtype) ? DataType::kFloat32 : sig.dtype;
+  const DataType wire = WireType(sig.dtype, options.op);
+  const bool widened = wire != sig.dtype;
   const int64_t wire_size = DataTypeSize(wire);
   const double post = PostscaleOf(sig);
   for (size_t i = 0; i < sig.shapes.size(); ++i) {
@@ -324,7 +326,7 @@ Status Executor::Reducescatter(WorkItem& item) {
     KERASHVD_RETURN_IF_ERROR(Output(item, i, WithFirstDim(shape, ScatterRows(rows, rank_, size_)), &out));
 
     // Stage the input in the fusion buffer unless it can be reduced straight from the input.
-    const bool direct = !IsHalf(sig.dtype) && sig.prescale == 1.0 && item.entry;
+    const bool direct = !widened && sig.prescale == 1.0 && item.entry;
     void* staging;
     KERASHVD_RETURN_IF_ERROR(memory_->FusionBuffer((n + mine) * wire_size, &staging));
     char* buffer = static_cast<char*>(staging);
@@ -332,15 +334,15 @@ Status Executor::Reducescatter(WorkItem& item) {
     if (!direct) {
       Status s;
       if (!item.entry) s = memory_->FillIdentity(buffer, n, wire, options.op);
-      else if (IsHalf(sig.dtype))
+      else if (widened)
         s = memory_->HalfToFloat(item.entry->inputs[i], reinterpret_cast<float*>(buffer), n,
                                  sig.dtype, sig.prescale);
       else s = memory_->ScaleCopy(item.entry->inputs[i], buffer, n, sig.dtype, sig.prescale);
       KERASHVD_RETURN_IF_ERROR(s);
     }
-    void* recv = IsHalf(sig.dtype) ? buffer + n * wire_size : out;
+    void* recv = widened ? buffer + n * wire_size : out;
     KERASHVD_RETURN_IF_ERROR(backend_->ReduceScatter(send, recv, counts, wire, options));
-    if (IsHalf(sig.dtype))
+    if (widened)
       KERASHVD_RETURN_IF_ERROR(
           memory_->FloatToHalf(reinterpret_cast<const float*>(recv), out, mine, sig.dtype, post));
     else if (post != 1.0) KERASHVD_RETURN_IF_ERROR(memory_->ScaleCopy(out, out, mine, sig.dtype, post));

@@ -1,9 +1,9 @@
 // Executor: runs one planned group of a cycle's work on a backend and completes its entries.
 //
-// Fused allreduce, step by step: copy every input into the fusion buffer (applying prescale,
-// widening float16/bfloat16 to float32), one in-place backend allreduce, copy every result
-// out (applying postscale, and 1/size for Average). A single tensor that needs no widening
-// skips the buffer and is reduced straight from its input into its output; so does a whole
+// Fused allreduce, step by step: copy every input into the fusion buffer in its wire type
+// (WireType in types.h; applying prescale, and widening float16/bfloat16 to float32 for Min and
+// Max), one in-place backend allreduce, copy every result out (applying postscale, and 1/size
+// for Average). A single tensor that needs no widening skips the buffer and is reduced straight from its input into its output; so does a whole
 // group whose backend reduces spans (the shared-memory pair), each tensor where it is.
 // A rank that has joined owns no entry for some allreduce items: it contributes the identity
 // of the reduction (zeros for Sum and Average, ones for Product, the lowest value for Max,

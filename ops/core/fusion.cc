@@ -28,7 +28,7 @@ FuseKey KeyOf(const WorkItem& item) {
   if (item.response.kind != Response::Kind::kExecute || r.op_type != OpType::kAllreduce) return key;
   key.fusible = true;
   key.op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
-  key.wire = IsHalf(r.dtype) ? DataType::kFloat32 : r.dtype;
+  key.wire = WireType(r.dtype, key.op);
   key.on_gpu = r.device >= 0;
   key.process_set = r.process_set;
   return key;
@@ -39,8 +39,7 @@ FuseKey KeyOf(const WorkItem& item) {
 int64_t FusedBytes(const Request& request) {
   int64_t elements = 0;
   for (const Shape& s : request.shapes) elements += NumElements(s);
-  int64_t width = IsHalf(request.dtype) ? 4 : static_cast<int64_t>(DataTypeSize(request.dtype));
-  return elements * width;
+  return elements * static_cast<int64_t>(DataTypeSize(WireType(request.dtype, request.reduce_op)));
 }
 
 std::vector<std::vector<size_t>> PlanFusion(const std::vector<WorkItem>& work,

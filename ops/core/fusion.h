@@ -3,8 +3,8 @@
 // PlanFusion is a pure function of the cycle's work list, which is identical on every rank,
 // so every rank makes the same groups in the same order and results are reproducible.
 // Rules: only allreduces fuse; they fuse with allreduces of the same reduce op (Average counts
-// as Sum), the same wire dtype (float16/bfloat16 travel as float32), the same device and the
-// same process set (Request::process_set); a
+// as Sum), the same wire dtype (WireType in types.h), the same device and the same process set
+// (Request::process_set); a
 // group is filled in work-list order until adding the next tensor would pass the threshold.
 // A request is never split: a grouped allreduce is always inside one group, even when it
 // alone passes the threshold. Every other collective is a group of its own.
@@ -17,7 +17,7 @@
 
 namespace kerashvd {
 
-// Bytes `request` occupies in the fusion buffer (float32 for float16/bfloat16 tensors).
+// Bytes `request` occupies in the fusion buffer (in its WireType).
 int64_t FusedBytes(const Request& request);
 
 // Groups of indices into `work`, in execution order.

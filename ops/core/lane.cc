@@ -99,7 +99,7 @@ Status Lane::Submit(TensorEntry entry) {
   // What the executor's single-tensor path will do with this entry (see Executor::Allreduce).
   const Request& r = entry.request;
   entry.request.out_of_place = r.op_type == OpType::kAllreduce && r.shapes.size() == 1 &&
-                               !IsHalf(r.dtype) && r.prescale == 1.0 &&
+                               WireType(r.dtype, r.reduce_op) == r.dtype && r.prescale == 1.0 &&
                                entry.outputs.size() == 1 && entry.inputs.size() == 1 &&
                                entry.outputs[0] != entry.inputs[0];
   entry.submitted = std::chrono::steady_clock::now();

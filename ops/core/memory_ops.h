@@ -1,7 +1,7 @@
 // MemoryOps: the executor's element-wise work and its buffers, on the memory a backend reads.
 //
 // The executor is written once; what differs between host tensors (MPI) and GPU tensors (NCCL)
-// is where buffers live and how bytes are copied, zeroed, scaled and widened. Host memory does
+// is where buffers live and how bytes are copied, zeroed, scaled and widened (WireType). Host memory does
 // the work synchronously on the calling thread (HostMemoryOps); GPU memory enqueues it on the
 // communicator's stream, in order with the collectives, and Finish() waits for the stream.
 //
@@ -32,8 +32,9 @@ class MemoryOps {
   // dst[i] = the identity element of `op` for `dtype` (IdentityBits in buffer_ops.h): what a
   // rank inside join() contributes to a reduction.
   virtual Status FillIdentity(void* dst, int64_t count, DataType dtype, ReduceOp op) = 0;
-  // dst[i] = src[i] * factor for a natively reducible dtype (src may equal dst); other dtypes
-  // are copied unscaled.
+  // dst[i] = src[i] * factor for a natively reducible dtype (src may equal dst; float16 and
+  // bfloat16 are multiplied in float32 and rounded to nearest even); other dtypes are copied
+  // unscaled.
   virtual Status ScaleCopy(const void* src, void* dst, int64_t count, DataType dtype,
                            double factor) = 0;
   // float16/bfloat16 -> float32, multiplied by factor.

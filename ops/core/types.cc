@@ -116,6 +116,11 @@ bool IsHalf(DataType dtype) {
   return dtype == DataType::kFloat16 || dtype == DataType::kBfloat16;
 }
 
+DataType WireType(DataType dtype, ReduceOp op) {
+  const bool extreme = op == ReduceOp::kMin || op == ReduceOp::kMax;
+  return IsHalf(dtype) && extreme ? DataType::kFloat32 : dtype;
+}
+
 bool IsFloating(DataType dtype) {
   return IsHalf(dtype) || dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
 }

@@ -88,8 +88,14 @@ bool IsReducible(DataType dtype);
 std::string ReduceOpNames(bool scatter_only);
 // "allreduce, allgather, ...": the op types a rank may report an error for, for messages.
 std::string ReportableOpTypeNames();
-// float16 and bfloat16 are reduced in float32 and rounded once at the end.
 bool IsHalf(DataType dtype);
+// The type a reduction of `dtype` by `op` travels and is reduced in (fusion buffer, backend).
+// float16 and bfloat16 are summed and multiplied in their own type: half the bytes of float32
+// on the wire, each step of the reduction rounded to the type, as every backend does natively
+// (MPICH's MPIX_C_FLOAT16/MPIX_BFLOAT16, NCCL's ncclFloat16/ncclBfloat16). Their Min and Max
+// travel as float32, where the backends' NaN rule is implemented; the values are the same,
+// since taking a minimum or maximum rounds nothing. Every other dtype is its own wire type.
+DataType WireType(DataType dtype, ReduceOp op);
 bool IsFloating(DataType dtype);
 
 int64_t NumElements(const Shape& shape);

@@ -32,7 +32,7 @@ void RegisterLinkModel(py::module_& m) {
     return py::str(text);
   });
   // Which path an allreduce of `count` elements (`nbytes` bytes as the backend sees them:
-  // float16/bfloat16 widened to float32) takes with hierarchical_allreduce=`mode` ("auto",
+  // its WireType, types.h) takes with hierarchical_allreduce=`mode` ("auto",
   // "on", "off"), ranks on nodes `node_of` and this process's MPI setting; `predefined_op`:
   // whether MPI reduces it with one of its own operations (all but float Min/Max). Returns
   // {"hierarchical": bool, "flat_time": float (-1: not known), "hierarchical_time": float,

@@ -23,6 +23,10 @@ each in one SLURM job:
   kerashvd.bench keras --np N*L --launcher "srun ... -N N -n N*L" --hierarchical ...``: Keras
   training scaling across the nodes against plain Keras in one process (the 1-process runs go
   where this script runs);
+- ``compression-allreduce``, for each layout of ``--compression-layouts``: ``srun ... python -m
+  kerashvd.bench compression``: a float32 allreduce with each compression of
+  ``--compressions``, its time, the bytes each node sends across its link and the error, next
+  to raw MPI;
 - ``compression``: the MNIST recipe (``recipes/mnist.py``) with each gradient compression of
   ``--compressions`` (``--compression none|fp16|bf16``), at each layout of
   ``--compression-layouts``, the compressions in turn ``--passes`` times, on a tfds ``mnist``
@@ -146,6 +150,16 @@ def run(cluster, args):
                               "--ntasks-per-node=1", python, "-m", "kerashvd.bench", "overlap",
                               *shlex.split(args.overlap_args)], f"overlap bench at {rate}",
                     args.timeout)
+            if "compression-allreduce" in parts:
+                for layout in args.compression_layouts.split(",") * args.passes:
+                    options = layout_options(layout)
+                    print(f"## links: {links}; layout {layout}: srun {' '.join(options)}; load "
+                          f"average {os.getloadavg()[0]:.2f} before the job", flush=True)
+                    failed += not run_part(
+                        cluster, [*SRUN, *options, python, "-m", "kerashvd.bench",
+                                  "compression", "--compressions", args.compressions,
+                                  *shlex.split(args.compression_args)],
+                        f"compression bench at {rate}, {layout}", args.timeout)
             if "compression" in parts:
                 failed += run_compression(cluster, args, links)
             if "keras" in parts:
@@ -233,9 +247,8 @@ def parser():
                         "(default 1gbit)")
     p.add_argument("--burst", default="256kb", help="tbf bucket size (default 256kb)")
     p.add_argument("--parts", default="allreduce,keras",
-                   help="allreduce, latency, keras, overlap, compression, or several separated "
-                        "by commas "
-                        "(default allreduce,keras)")
+                   help="allreduce, latency, keras, overlap, compression-allreduce, "
+                        "compression, or several separated by commas (default allreduce,keras)")
     p.add_argument("--layouts", default="2x1,2x2,2x2-cyclic,3x2,3x2-cyclic",
                    help="the allreduce part's layouts: NxL (N nodes x L ranks, in blocks) or "
                         "NxL-cyclic (default 2x1,2x2,2x2-cyclic,3x2,3x2-cyclic)")
@@ -251,9 +264,11 @@ def parser():
                    help="the keras part's layouts, as --layouts (default 2x2)")
     p.add_argument("--keras-args", default="", help="more arguments of python -m kerashvd.bench keras")
     p.add_argument("--compressions", default="none,fp16,bf16",
-                   help="the compression part's --compression values (default none,fp16,bf16)")
+                   help="the compression parts' compressions (default none,fp16,bf16)")
     p.add_argument("--compression-layouts", default="2x1,2x2",
-                   help="the compression part's layouts (default 2x1,2x2)")
+                   help="the compression parts' layouts (default 2x1,2x2)")
+    p.add_argument("--compression-args", default="",
+                   help="more arguments of python -m kerashvd.bench compression")
     p.add_argument("--mnist-images", default="60000,10000",
                    help="training and test images of the generated mnist (default 60000,10000)")
     p.add_argument("--mnist-args", default="--epochs 3 --warmup-epochs 1",
@@ -273,7 +288,8 @@ def main(argv=None):
     args = parser().parse_args(argv)
     parts = args.parts.split(",")
     layouts = (args.layouts.split(",") if {"allreduce", "latency"} & set(parts) else []) + \
-        (args.compression_layouts.split(",") if "compression" in parts else []) + \
+        (args.compression_layouts.split(",")
+         if {"compression", "compression-allreduce"} & set(parts) else []) + \
         (args.keras_layouts.split(",") if "keras" in parts else [])
     for layout in layouts:
         layout_options(layout)  # a bad layout fails here, before the cluster starts

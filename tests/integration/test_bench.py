@@ -110,3 +110,19 @@ def test_latency_bench_reads_every_engine_phase_of_every_rank():
     assert [r[0] for r in means] == ["0", "1", "0", "1"], out
     assert len(medians) == 4, out
     assert all(int(r[7]) == 6 and int(r[8]) >= 1 for r in means), out
+
+
+def test_compression_bench_prints_each_compression_with_its_error():
+    args = ["compression", "--sizes", "64K", "--seconds", "0.05", "--repeats", "1"]
+    out = _run(args, timeout=600)
+    _check_header(out, args)
+    assert re.search(r"^# ranks: 2 on 1 node: ", out, re.M), out
+    rows = [line.split() for line in out.splitlines() if re.match(r"^\s+65536\s", line)]
+    assert len(rows) == 1 and len(rows[0]) == 15, out
+    row = rows[0]
+    # size, then time, across, vs none, error of none, fp16 and bf16, then raw MPI's time, across
+    assert float(row[3]) == 1.0, out  # none against itself
+    assert float(row[4]) < 1e-6 and 0 < float(row[8]) < 1e-2 and 0 < float(row[12]) < 2e-2, out
+    # One host: MPI's bytes go through shared memory, not the network (what else the machine
+    # sends meanwhile may show).
+    assert all(float(row[i]) < 0.5 for i in (2, 6, 10, 14)), out

@@ -37,3 +37,23 @@ def test_benchmark_across_two_nodes_with_shaped_links(cluster_2_nodes, capsys):
     for node in cluster_2_nodes.nodes:
         assert "tbf" not in cluster_2_nodes.run(
             ["ip", "netns", "exec", node, "tc", "qdisc", "show", "dev", "eth0"]).stdout
+
+
+def test_compression_halves_the_bytes_across_the_link(cluster_2_nodes, capsys):
+    """fp16 and bf16 travel as 16-bit values: at 2 nodes x 1 rank each node sends the float32
+    tensor's bytes once for none (reduce-scatter + allgather of halves), half that compressed."""
+    args = multinode_bench.parser().parse_args([
+        "--rates", "1gbit", "--parts", "compression-allreduce", "--compression-layouts", "2x1",
+        "--compression-args", "--sizes 1M --seconds 0.05 --repeats 1"])
+    failed = multinode_bench.run(cluster_2_nodes, args)
+    out = capsys.readouterr().out
+    assert failed == 0, out[-5000:]
+    assert "kerashvd compression benchmark: 2 ranks on 2 nodes" in out, out[-5000:]
+    rows = [line.split() for line in out.splitlines() if re.match(r"^\s+1048576\s", line)]
+    assert len(rows) == 1, out[-5000:]
+    # size, then time, across, vs none, error of none, fp16 and bf16, then raw MPI's time, across
+    row = rows[0]
+    none, fp16, bf16 = float(row[2]), float(row[6]), float(row[10])
+    assert 0.9 < none < 1.3 and 0.9 < float(row[14]) < 1.3, out
+    assert 0.4 < fp16 < 0.65 and 0.4 < bf16 < 0.65, out
+    assert float(row[4]) < 1e-6 and 0 < float(row[8]) < 1e-2 and 0 < float(row[12]) < 2e-2, out

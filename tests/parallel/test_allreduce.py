@@ -57,16 +57,26 @@ def test_prescale_postscale(hvd, dtype, op):
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
-def test_halves_are_summed_in_float32_and_rounded_once(hvd, dtype):
-    # Rank 0 adds 1.0, every other rank half an ulp of 1.0. Added one by one in the half type,
-    # each half ulp is lost (ties round to even); added in float32 and rounded once, they count.
-    half_ulp = 2.0**-11 if dtype == "float16" else 2.0**-8
-    value = 1.0 if hvd.rank() == 0 else half_ulp
-    got = hvd.allreduce(tf.constant([value, -value], tf.as_dtype(dtype)), op=hvd.Sum,
-                        name=f"allreduce.halfsum/{dtype}")
-    exact = 1.0 + (hvd.size() - 1) * half_ulp
-    expected = np.array([exact, -exact]).astype(tf.as_dtype(dtype).as_numpy_dtype)
-    assert_matches(got.numpy(), expected, dtype, "Sum", dtype)
+def test_halves_are_summed_in_their_own_type_alike_on_every_rank(hvd, dtype):
+    """float16 and bfloat16 travel and are summed in their own type (half float32's bytes),
+    each step rounded to it, as MPI and NCCL sum them: the result is within one rounding per
+    rank of the exact sum, and has the same bits on every rank whatever order the algorithm
+    added the ranks' values in (values of the full range, so the steps do round)."""
+    n, r = hvd.size(), hvd.rank()
+    np_half = tf.as_dtype(dtype).as_numpy_dtype
+    values = [np.random.default_rng([11, q]).uniform(-100, 100, 4096).astype(np_half)
+              for q in range(n)]
+    for fused in (False, True):
+        name = f"allreduce.halfsum/{dtype}/{'fused' if fused else 'alone'}"
+        x = tf.constant(values[r])
+        got = (hvd.grouped_allreduce([x, x[:5]], op=hvd.Sum, name=name)[0] if fused
+               else hvd.allreduce(x, op=hvd.Sum, name=name)).numpy()
+        exact = np.sum([v.astype(np.float64) for v in values], axis=0)
+        ulp = {"float16": 2.0**-10, "bfloat16": 2.0**-7}[dtype]
+        bound = (n - 1) * ulp * np.abs(np.stack([v.astype(np.float64) for v in values])).sum(axis=0) * 2
+        assert np.all(np.abs(got.astype(np.float64) - exact) <= bound + 1e-12), name
+        bits = hvd.allgather(tf.constant(got.view(np.uint16)[None]), name=name + "/bits").numpy()
+        assert all(np.array_equal(bits[0], b) for b in bits), f"{name}: ranks got different bits"
 
 
 GROUP_SHAPES = [(), (7,), (3, 5), (1,), (2, 1, 3)]

@@ -3,8 +3,9 @@
 //
 // Every collective takes the same leading arguments (send, recv, count or bytes, dtype) in the
 // order NCCL uses, plus an options struct. An operation a backend cannot run returns
-// Unimplemented naming the backend. Reductions receive only natively reducible types: the
-// engine has already widened float16/bfloat16 to float32 and turned Average into Sum.
+// Unimplemented naming the backend. Reductions receive only natively reducible types in their
+// wire type (WireType in types.h: float16/bfloat16 Min and Max widened to float32), and
+// Average already turned into Sum.
 #pragma once
 
 #include <cstdint>

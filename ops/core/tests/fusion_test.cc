@@ -1,7 +1,7 @@
 // PlanFusion's contract (fusion.h): a pure function of the work list; only executable
-// allreduces fuse, with the same reduce op (Average as Sum), wire dtype (halves as float32),
-// device kind and process set; groups fill in work-list order up to the threshold; a request
-// is never split.
+// allreduces fuse, with the same reduce op (Average as Sum), wire dtype (WireType: halves as
+// float32 for Min and Max), device kind and process set; groups fill in work-list order up to
+// the threshold; a request is never split.
 #include "../fusion.h"
 #include "rank_threads_test.h"
 #include "test_util.h"
@@ -73,9 +73,26 @@ TEST_F(FusionTest, FusionSeparatesWireDtypes) {
                              MakeWork(MakeRequest("f16", {2}, DataType::kFloat16)),
                              MakeWork(MakeRequest("bf16", {2}, DataType::kBfloat16)),
                              MakeWork(MakeRequest("i32", {2}, DataType::kInt32))};
-  // Halves travel as float32, so they join the float32 group; the others stand alone.
+  // Summed halves travel in their own type: each dtype is a group of its own.
+  EXPECT_EQ(Str(PlanFusion(work, 1 << 20)), "[0][1][2][3][4]");
+  EXPECT_EQ(FusedBytes(work[2].response.request), 4);  // 2 halves
+  EXPECT_EQ(FusedBytes(work[3].response.request), 4);
+  // Their Min and Max travel as float32 (WireType), so they join float32's group.
+  for (WorkItem& item : work) item.response.request.reduce_op = ReduceOp::kMax;
   EXPECT_EQ(Str(PlanFusion(work, 1 << 20)), "[0,2,3][1][4]");
   EXPECT_EQ(FusedBytes(work[2].response.request), 8);  // 2 halves as 2 float32
+}
+
+TEST_F(FusionTest, WireTypeWidensHalvesOnlyForMinAndMax) {
+  for (DataType half : {DataType::kFloat16, DataType::kBfloat16}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kProduct})
+      EXPECT_EQ(WireType(half, op), half) << ReduceOpName(op);
+    EXPECT_EQ(WireType(half, ReduceOp::kMin), DataType::kFloat32);
+    EXPECT_EQ(WireType(half, ReduceOp::kMax), DataType::kFloat32);
+  }
+  for (DataType other : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32})
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax})
+      EXPECT_EQ(WireType(other, op), other);
 }
 
 TEST_F(FusionTest, FusionSeparatesReduceOpsDevicesAndProcessSets) {

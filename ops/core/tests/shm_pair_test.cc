@@ -15,6 +15,7 @@
 
 #include "../backend/shm/pair_reduce.h"
 #include "../buffer_ops.h"
+#include "../half_reduce.h"
 #include "../backend/shm/shm_pair.h"
 #include "rank_threads_test.h"
 
@@ -116,6 +117,39 @@ TEST_F(ShmPairTest, ShmPairMatchesOneOperationPerElementForEveryTypeAndOp) {
   CheckType<double>(DataType::kFloat64, "float64");
 }
 
+// float16/bfloat16 Sum and Product through the pair give ReduceHalves's bits (the MPI
+// backend's arithmetic), with NaN, infinities and subnormals among the values.
+TEST_F(ShmPairTest, ShmPairReducesHalvesAsTheMpiBackendDoes) {
+  AbortFlag abort;
+  Pairs pairs = MakePairs(&abort);
+  const int64_t chunk = ShmPair::kChunkBytes / 2;
+  for (DataType dtype : {DataType::kFloat16, DataType::kBfloat16})
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProduct})
+      for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{9}, chunk + 3, 2 * chunk + 17})
+        for (bool in_place : {true, false}) {
+          std::vector<uint16_t> in[2];
+          for (int r = 0; r < 2; ++r) {
+            in[r].resize(count);
+            for (int64_t i = 0; i < count; ++i)
+              in[r][i] = static_cast<uint16_t>((i * 40503 + r * 9973 + 17) & 0xFFFF);
+          }
+          std::vector<uint16_t> expected = in[1];
+          ReduceHalves(in[0].data(), expected.data(), count, dtype, op);
+          std::vector<uint16_t> work[2] = {in[0], in[1]}, out[2] = {std::vector<uint16_t>(count),
+                                                                      std::vector<uint16_t>(count)};
+          auto statuses = OnBoth([&](int r) {
+            void* recv = in_place ? static_cast<void*>(work[r].data()) : out[r].data();
+            return pairs.rank[r]->Allreduce(work[r].data(), recv, count, dtype, op);
+          });
+          for (int r = 0; r < 2; ++r) {
+            EXPECT_OK(statuses[r]);
+            EXPECT_TRUE((in_place ? work[r] : out[r]) == expected)
+                << DataTypeName(dtype) << " " << ReduceOpName(op) << " count " << count
+                << (in_place ? " in place" : " out of place") << ": rank " << r;
+          }
+        }
+}
+
 // Spans (a fused group without its buffer) give each tensor what the fused path gives: the
 // pair's a op b over the concatenation, then ScaleCopy by the tensor's postscale.
 TEST_F(ShmPairTest, ShmPairSpansMatchTheFusedBufferScaledAfterwards) {
@@ -171,7 +205,8 @@ TEST_F(ShmPairTest, ShmPairReduceFollowsNumpysNanRuleAndWraps) {
   PairReduce(x, y, s, c, 2, DataType::kInt8, ReduceOp::kSum);
   EXPECT_EQ(int(s[0]), -128);
   EXPECT_EQ(int(s[1]), 127);
-  EXPECT_TRUE(!PairReducible(DataType::kFloat16, ReduceOp::kSum));
+  EXPECT_TRUE(PairReducible(DataType::kFloat16, ReduceOp::kSum));
+  EXPECT_TRUE(!PairReducible(DataType::kBfloat16, ReduceOp::kMax));  // taken in float32
   EXPECT_TRUE(!PairReducible(DataType::kFloat32, ReduceOp::kAverage));
 }
 

@@ -41,6 +41,8 @@ MPI_Datatype MpiDatatype(DataType dtype) {
     case DataType::kInt64: return MPI_INT64_T;
     case DataType::kFloat32: return MPI_FLOAT;
     case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kFloat16:
+    case DataType::kBfloat16: return MPI_UINT16_T;  // with MpiOp's operations (mpi_reduce_ops.h)
     default: return MPI_DATATYPE_NULL;  // not reducible by MPI directly
   }
 }

@@ -64,6 +64,8 @@ bool MpiBroken();
 
 // Turns an MPI error code into a Status naming the call.
 Status MpiStatus(int code, const char* call);
+// The MPI datatype that reduces `dtype` (with MpiOp's operation for it, mpi_reduce_ops.h), or
+// MPI_DATATYPE_NULL for a dtype MPI cannot reduce.
 MPI_Datatype MpiDatatype(DataType dtype);
 
 }  // namespace kerashvd

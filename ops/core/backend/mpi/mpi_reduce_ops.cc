@@ -1,7 +1,9 @@
 #include "mpi_reduce_ops.h"
 
+#include <cstdint>
 #include <mutex>
 
+#include "../../half_reduce.h"
 #include "../nan_extreme.h"
 
 namespace kerashvd {
@@ -14,18 +16,28 @@ void Reduce(void* in, void* inout, int* len, MPI_Datatype*) {
   for (int i = 0; i < *len; ++i) b[i] = NanExtreme<T, kMax>(a[i], b[i]);
 }
 
-struct FloatOps {
+template <DataType kType, ReduceOp kOp>
+void ReduceHalf(void* in, void* inout, int* len, MPI_Datatype*) {
+  ReduceHalves(in, inout, *len, kType, kOp);
+}
+
+struct UserOps {
   MPI_Op min32, max32, min64, max64;
+  MPI_Op sum16, prod16, sum_bf16, prod_bf16;
 };
 
-const FloatOps& Ops() {
+const UserOps& Ops() {
   static std::once_flag once;
-  static FloatOps ops;
+  static UserOps ops;
   std::call_once(once, [] {
     MPI_Op_create(&Reduce<float, false>, /*commute=*/1, &ops.min32);
     MPI_Op_create(&Reduce<float, true>, 1, &ops.max32);
     MPI_Op_create(&Reduce<double, false>, 1, &ops.min64);
     MPI_Op_create(&Reduce<double, true>, 1, &ops.max64);
+    MPI_Op_create(&ReduceHalf<DataType::kFloat16, ReduceOp::kSum>, 1, &ops.sum16);
+    MPI_Op_create(&ReduceHalf<DataType::kFloat16, ReduceOp::kProduct>, 1, &ops.prod16);
+    MPI_Op_create(&ReduceHalf<DataType::kBfloat16, ReduceOp::kSum>, 1, &ops.sum_bf16);
+    MPI_Op_create(&ReduceHalf<DataType::kBfloat16, ReduceOp::kProduct>, 1, &ops.prod_bf16);
   });
   return ops;
 }
@@ -34,6 +46,13 @@ const FloatOps& Ops() {
 
 MPI_Op MpiOp(ReduceOp op, DataType dtype) {
   const bool is_float = dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
+  if (IsHalf(dtype)) {
+    // Min and Max of halves travel as float32 (WireType): MPI_OP_NULL makes MPI refuse them.
+    if (op == ReduceOp::kMin || op == ReduceOp::kMax) return MPI_OP_NULL;
+    const bool bf16 = dtype == DataType::kBfloat16, product = op == ReduceOp::kProduct;
+    if (product) return bf16 ? Ops().prod_bf16 : Ops().prod16;
+    return bf16 ? Ops().sum_bf16 : Ops().sum16;
+  }
   switch (op) {
     case ReduceOp::kMin:
       if (!is_float) return MPI_MIN;

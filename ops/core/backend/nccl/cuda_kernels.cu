@@ -55,6 +55,24 @@ __global__ void ConvertKernel(const void* src, void* dst, int64_t n, float facto
   }
 }
 
+// float16/bfloat16 scaled in float32 and rounded to nearest even, as the host's ScaleCopy does.
+template <typename H>
+__global__ void HalfScaleKernel(const H* src, H* dst, int64_t n, float factor) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float x = static_cast<float>(src[i]) * factor;
+    if constexpr (std::is_same<H, __half>::value) dst[i] = __float2half_rn(x);
+    else dst[i] = __float2bfloat16_rn(x);
+  }
+}
+
+template <typename H>
+cudaError_t HalfScale(const void* src, void* dst, int64_t n, double factor, cudaStream_t stream) {
+  HalfScaleKernel<H><<<Blocks(n), kThreads, 0, stream>>>(
+      static_cast<const H*>(src), static_cast<H*>(dst), n, static_cast<float>(factor));
+  return cudaGetLastError();
+}
+
 template <typename T>
 cudaError_t Scale(const void* src, void* dst, int64_t n, double factor, cudaStream_t stream) {
   ScaleKernel<T><<<Blocks(n), kThreads, 0, stream>>>(static_cast<const T*>(src),
@@ -137,6 +155,8 @@ cudaError_t LaunchScaleCopy(const void* src, void* dst, int64_t count, DataType 
       case DataType::kInt64: return Scale<int64_t>(src, dst, count, factor, stream);
       case DataType::kFloat32: return Scale<float>(src, dst, count, factor, stream);
       case DataType::kFloat64: return Scale<double>(src, dst, count, factor, stream);
+      case DataType::kFloat16: return HalfScale<__half>(src, dst, count, factor, stream);
+      case DataType::kBfloat16: return HalfScale<__nv_bfloat16>(src, dst, count, factor, stream);
       default: break;
     }
   }

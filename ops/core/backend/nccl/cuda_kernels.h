@@ -11,8 +11,8 @@
 
 namespace kerashvd {
 
-// dst[i] = src[i] * factor for a natively reducible dtype (src may equal dst); other dtypes
-// are copied. factor == 1 is a plain copy (nothing when src == dst).
+// dst[i] = src[i] * factor for a natively reducible dtype (src may equal dst; float16 and
+// bfloat16 in float32, rounded to nearest even); other dtypes are copied. factor == 1 is a plain copy (nothing when src == dst).
 cudaError_t LaunchScaleCopy(const void* src, void* dst, int64_t count, DataType dtype,
                             double factor, cudaStream_t stream);
 // dst[i] = the low `width` bytes (1, 2, 4 or 8) of `bits`, for i < count: a joined rank's

@@ -22,7 +22,8 @@
 //                  (rooted there, over that rank's block) in one group.
 // Zero-sized blocks are skipped; the decisions depend only on arguments every rank shares
 // (counts, bytes, root), so all ranks make the same NCCL calls in the same order.
-// Min and Max of float32/float64 (the only float Min/Max the engine sends: it widens halves)
+// Min and Max of float32/float64 (the only float Min/Max the engine sends: WireType widens
+// halves for them)
 // propagate NaN as the MPI backend does (mpi_reduce_ops.h), with the same bits on every rank:
 // NCCL's float Min/Max (fminf/fmaxf) drop NaN, so the values are turned into order-preserving
 // integer keys, reduced with NCCL's integer Min/Max, and turned back (cuda_kernels.h). Native

@@ -2,7 +2,10 @@
 
 #include <type_traits>
 
+#include <cstring>
+
 #include "../../buffer_ops.h"
+#include "../../half_reduce.h"
 #include "../nan_extreme.h"
 
 namespace kerashvd {
@@ -75,13 +78,30 @@ void RunOp(const void* a, const void* b, void* out, void* copy, int64_t count, R
   }
 }
 
+// float16/bfloat16 Sum or Product: ReduceHalves's arithmetic (as the MPI backend's), then the
+// factor as ScaleCopy applies it, in passes over the (cache-sized) chunk.
+void RunHalves(const void* a, const void* b, void* out, void* copy, int64_t count,
+               DataType dtype, ReduceOp op, double factor) {
+  const size_t bytes = static_cast<size_t>(count) * 2;
+  if (out == a) {
+    ReduceHalves(b, out, count, dtype, op);  // commutative on bits
+  } else {
+    if (out != b) std::memmove(out, b, bytes);
+    ReduceHalves(a, out, count, dtype, op);
+  }
+  if (factor != 1.0) ScaleCopy(out, out, count, dtype, factor);
+  std::memcpy(copy, out, bytes);
+}
+
 }  // namespace
 
 bool PairReducible(DataType dtype, ReduceOp op) {
   if (op != ReduceOp::kSum && op != ReduceOp::kMin && op != ReduceOp::kMax &&
       op != ReduceOp::kProduct)
     return false;
-  return IsReducible(dtype) && !IsHalf(dtype);
+  // Min and Max of halves are taken in float32 (WireType), never here.
+  if (IsHalf(dtype)) return op == ReduceOp::kSum || op == ReduceOp::kProduct;
+  return IsReducible(dtype);
 }
 
 void PairReduce(const void* a, const void* b, void* out, void* copy, int64_t count,
@@ -93,6 +113,8 @@ void PairReduce(const void* a, const void* b, void* out, void* copy, int64_t cou
     case DataType::kInt64: return RunOp<int64_t>(a, b, out, copy, count, op, factor);
     case DataType::kFloat32: return RunOp<float>(a, b, out, copy, count, op, factor);
     case DataType::kFloat64: return RunOp<double>(a, b, out, copy, count, op, factor);
+    case DataType::kFloat16:
+    case DataType::kBfloat16: return RunHalves(a, b, out, copy, count, dtype, op, factor);
     default: return;
   }
 }

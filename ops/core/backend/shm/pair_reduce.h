@@ -3,7 +3,8 @@
 //
 // The values are those of the MPI backend for one pair of operands (mpi_reduce_ops.h):
 // integers wrap on overflow (Sum, Product); float Min and Max follow numpy's NaN rule (NaN if
-// either operand is NaN, always the canonical quiet NaN; -0.0 below +0.0). Every op here is
+// either operand is NaN, always the canonical quiet NaN; -0.0 below +0.0); float16/bfloat16
+// are summed and multiplied as ReduceHalves does (half_reduce.h). Every op here is
 // commutative on bits (a op b == b op a), which is why the two ranks of a pair may combine
 // their operands in either order and still agree.
 #pragma once
@@ -15,7 +16,8 @@
 namespace kerashvd {
 
 // Whether PairReduce handles `dtype` with `op`: Sum, Min, Max or Product of a natively
-// reducible type (IsReducible, not a half: the engine reduces halves in float32).
+// reducible type (IsReducible); of float16/bfloat16 Sum and Product (half_reduce.h), whose Min
+// and Max the engine takes in float32.
 bool PairReducible(DataType dtype, ReduceOp op);
 
 // out[i] = copy[i] = ScaleOne(a[i] op b[i], factor) for i < count (buffer_ops.h; a factor of
