@@ -6,8 +6,8 @@ before each step (sleeping: its input); from epoch ``--slow-from`` on (1-based),
 the processes on host ``--limit-host`` join the CPU-limited cgroup ``--limit-cgroup`` (a slow
 node). After training, with ``--engine-cgroup``, rank ``--slow-rank`` moves only its engine
 thread (``khvd-lane0``) into that CPU-limited cgroup and every rank runs grouped float16
-allreduces (the engine widens them into its fusion buffer and narrows them back): a rank that
-is slow to communicate. Rank 0 prints one JSON line per report: {"epoch" (or "engine"),
+allreduces, prescaled (the engine scales them one element at a time on that thread before it
+starts the transfer, which is vectorized): a rank that is slow to communicate. Rank 0 prints one JSON line per report: {"epoch" (or "engine"),
 "late": [[rank, host], ...], "comm": [...], "nodes": [...], "text": str(report)}.
 """
 
@@ -123,7 +123,8 @@ def main():
             join_cgroup(args.engine_cgroup, [engine_thread()], "tasks")
         hvd.straggler_report()
         for _ in range(args.engine_steps):
-            hvd.grouped_allreduce(tensors, name="engine_phase")
+            # Scaled before the transfer, on the engine thread (its entry lag).
+            hvd.grouped_allreduce(tensors, prescale_factor=0.5, name="engine_phase")
         report = hvd.straggler_report()
         if slow_here:
             join_cgroup(os.path.dirname(args.engine_cgroup), [engine_thread()], "tasks")
