@@ -23,8 +23,17 @@ ratios within each round (runs next to each other in time) are printed too, with
 median, since a machine's speed can drift between rounds. The output opens with the run's
 '#' header (bench/header.py): date, host, CPUs, ranks and nodes, versions, command line.
 
+tf.distribute, with ``--mwms``: the same model on Keras 2 (``tf_keras``, which
+``MultiWorkerMirroredStrategy``'s ``fit`` needs; Keras 3's fails under it), in two more N-rank
+configurations:
+  tfk     kerashvd with DistributedOptimizer on tf_keras (``TF_USE_LEGACY_KERAS=1``)
+  mwms    tf_keras under ``tf.distribute.MultiWorkerMirroredStrategy``, its ring
+          collectives over gRPC, one worker per rank (the workers' addresses exchanged with
+          mpi4py, then ``TF_CONFIG``); each worker trains on its own batch of the global one
+and their ratio, kerashvd / MultiWorkerMirroredStrategy, per round.
+
 Across nodes: ``--launcher "srun --mpi=pmi2 -N 2 --ntasks-per-node=2"`` starts the N-rank
-runs (hvdN, sync) with that command instead of ``mpiexec -n N``, and ``--hierarchical off,on``
+runs (hvdN, sync, tfk, mwms) with that command instead of ``mpiexec -n N``, and ``--hierarchical off,on``
 runs hvdN once per mode of the hierarchical collectives (KERASHVD_HIERARCHICAL_ALLREDUCE and
 _ALLGATHER), each with its own scaling efficiency.
 
@@ -80,21 +89,44 @@ def build(keras, name, size):
     return model(keras, size=size)
 
 
+def _mwms(tf, comm):
+    """A MultiWorkerMirroredStrategy over the ranks of `comm`, one worker each: every rank
+    takes a free port on its host, the ranks exchange their addresses, and TF_CONFIG names them
+    (the strategy's gRPC server starts on that port)."""
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    host = socket.gethostbyname(socket.gethostname())
+    workers = comm.allgather(f"{host}:{port}")
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
+                                          "task": {"type": "worker", "index": comm.Get_rank()}})
+    ring = tf.distribute.experimental.CommunicationImplementation.RING
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        communication_options=tf.distribute.experimental.CommunicationOptions(implementation=ring))
+
+
 def worker(mode, batch, steps, warmup, name="cnn", size=32):
     """Runs one configuration in this process; prints a JSON line with images/second."""
+    import contextlib
+
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import numpy as np
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    import keras
+    if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
+        import tf_keras as keras
+    else:
+        import keras
 
-    hvd = comm = None
-    if mode == "sync":
+    hvd = comm = strategy = None
+    if mode in ("sync", "mwms"):
         from mpi4py import MPI
 
         comm = MPI.COMM_WORLD
+    if mode == "mwms":
+        strategy = _mwms(tf, comm)
     if mode == "hvd":
         import kerashvd as hvd
 
@@ -103,18 +135,27 @@ def worker(mode, batch, steps, warmup, name="cnn", size=32):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(batch * 8, size, size, 3)).astype("float32")
     y = rng.integers(0, 10, size=batch * 8).astype("int32")
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True).repeat()
-    net = build(keras, name, size)
-    optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
-    callbacks = []
-    if hvd is not None:
-        optimizer = hvd.DistributedOptimizer(optimizer)
-        callbacks.append(hvd.callbacks.BroadcastGlobalVariablesCallback(0))
-    net.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
+    dataset = tf.data.Dataset.from_tensor_slices((x, y))
+    if strategy is not None:
+        # fit() splits a global batch among the workers: each takes every N-th element of it.
+        dataset = dataset.batch(batch * comm.Get_size(), drop_remainder=True).repeat()
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        dataset = dataset.with_options(options)
+    else:
+        dataset = dataset.batch(batch, drop_remainder=True).repeat()
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        net = build(keras, name, size)
+        optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+        callbacks = []
+        if hvd is not None:
+            optimizer = hvd.DistributedOptimizer(optimizer)
+            callbacks.append(hvd.callbacks.BroadcastGlobalVariablesCallback(0))
+        net.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_end(self, step, logs=None):
-            if comm is not None:  # wait without spinning (a blocking MPI call busy-polls)
+            if mode == "sync":  # wait without spinning (a blocking MPI call busy-polls)
                 request = comm.Ibarrier()
                 while not request.Test():
                     time.sleep(50e-6)
@@ -209,7 +250,10 @@ def main(argv=None):
     p.add_argument("--no-baselines", action="store_true",
                    help="run kerashvd only (1 and N ranks: the scaling efficiency), without "
                         "the plain, side-by-side and barrier-only runs")
-    p.add_argument("--worker", choices=["plain", "hvd", "sync"], help=argparse.SUPPRESS)
+    p.add_argument("--mwms", action="store_true",
+                   help="also run kerashvd and tf.distribute.MultiWorkerMirroredStrategy on "
+                        "tf_keras on the N ranks (see above)")
+    p.add_argument("--worker", choices=["plain", "hvd", "sync", "mwms"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         worker(args.worker, args.batch, args.steps, args.warmup, args.model, args.image_size)
@@ -232,6 +276,11 @@ def main(argv=None):
             envs[name] = env
     if not args.no_baselines:
         configs["sync"] = launcher + me + ["--worker", "sync"]
+    if args.mwms:
+        legacy = {"TF_USE_LEGACY_KERAS": "1"}
+        configs["tfk"] = launcher + me + ["--worker", "hvd"]
+        configs["mwms"] = launcher + me + ["--worker", "mwms"]
+        envs["tfk"], envs["mwms"] = legacy, legacy
     # Same TensorFlow allocator for every configuration (kerashvd turns TF's pooling CPU
     # allocator on by default; plain Keras must get it too for a fair comparison).
     os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
@@ -270,6 +319,10 @@ def main(argv=None):
               f"{100 * best[name] / (args.np * one):5.1f}%")
     if not args.no_baselines:
         _print_baselines(args.np, best, plain, many, modes)
+    if args.mwms:
+        print(f"tf_keras, kerashvd, {args.np} ranks {best['tfk']:9.1f} images/s")
+        print(f"tf_keras, MultiWorkerMirroredStrategy, {args.np} workers {best['mwms']:9.1f} "
+              f"images/s; kerashvd reaches {best['tfk'] / best['mwms']:.2f}x of it")
     # The same ratios within each round, whose runs were next to each other in time: a
     # machine whose speed drifts between rounds biases the best-of figures above, not these.
     ratios = {}
@@ -282,6 +335,9 @@ def main(argv=None):
         if not args.no_baselines:
             ratios["kerashvd / barrier-only" + suffix] = [100 * r[name] / r["sync"]
                                                           for r in rounds]
+    if args.mwms:
+        ratios["kerashvd / MultiWorkerMirroredStrategy (tf_keras)"] = [
+            100 * r["tfk"] / r["mwms"] for r in rounds]
     for label, values in ratios.items():
         print(f"per round, {label}: " + " / ".join(f"{v:.1f}%" for v in values)
               + f" (median {statistics.median(values):.1f}%)")

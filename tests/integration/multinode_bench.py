@@ -22,7 +22,8 @@ each in one SLURM job:
 - ``keras``, for each layout of ``--keras-layouts`` (default ``2x2``): ``python -m
   kerashvd.bench keras --np N*L --launcher "srun ... -N N -n N*L" --hierarchical ...``: Keras
   training scaling across the nodes against plain Keras in one process (the 1-process runs go
-  where this script runs);
+  where this script runs), and with ``--keras-args --mwms`` against tf.distribute's
+  MultiWorkerMirroredStrategy on tf_keras across the same nodes;
 - ``compression-allreduce``, for each layout of ``--compression-layouts``: ``srun ... python -m
   kerashvd.bench compression``: a float32 allreduce with each compression of
   ``--compressions``, its time, the bytes each node sends across its link and the error, next
@@ -105,7 +106,7 @@ def run_part(cluster, argv, what, timeout):
     ok, output = multinode_cluster.retry_start(launch, what)
     if ok:  # the tables, without the ranks' stderr (TensorFlow's notices)
         output = "".join(line for line in output.splitlines(keepends=True)
-                         if line.startswith(("#", " ", "kerashvd", "plain", "per round"))
+                         if line.startswith(("#", " ", "kerashvd", "plain", "per round", "tf_keras"))
                          or OVERLAP_LINE.match(line))
     print(output if ok else f"{what} failed:\n{output[-5000:]}", flush=True)
     return ok

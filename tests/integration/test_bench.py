@@ -42,14 +42,16 @@ def test_allreduce_bench_prints_its_table_with_nothing_wrong():
 
 
 def test_keras_bench_runs_every_configuration():
-    args = ["keras", "--steps", "2", "--warmup", "1", "--batch", "8", "--repeats", "1"]
+    args = ["keras", "--steps", "2", "--warmup", "1", "--batch", "8", "--repeats", "1", "--mwms"]
     out = _run(args, timeout=900)
     _check_header(out, args)
     assert re.search(r"^# ranks: 1 and 2 on 1 node: ", out, re.M), out
     for label in ("plain Keras, 1 process", "kerashvd, 1 rank", "kerashvd, 2 ranks",
-                  "side by side", "meeting in an MPI barrier"):
+                  "side by side", "meeting in an MPI barrier", "tf_keras, kerashvd, 2 ranks",
+                  "tf_keras, MultiWorkerMirroredStrategy, 2 workers"):
         assert re.search(re.escape(label) + r".*\d+\.\d images/s", out), (label, out)
-    for label in ("overhead at 1 rank", "scaling efficiency", "kerashvd / barrier-only"):
+    for label in ("overhead at 1 rank", "scaling efficiency", "kerashvd / barrier-only",
+                  "kerashvd / MultiWorkerMirroredStrategy (tf_keras)"):
         assert re.search(r"per round, " + re.escape(label) + r": -?\d+\.\d% \(median", out), out
 
 

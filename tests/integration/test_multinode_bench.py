@@ -14,7 +14,7 @@ def test_benchmark_across_two_nodes_with_shaped_links(cluster_2_nodes, capsys):
     args = multinode_bench.parser().parse_args([
         "--rates", "1gbit", "--layouts", "2x2-cyclic",
         "--allreduce-args", "--sizes 4K,64K --seconds 0.02 --repeats 1",
-        "--keras-args", "--steps 2 --warmup 1 --batch 8 --repeats 1 --no-baselines"])
+        "--keras-args", "--steps 2 --warmup 1 --batch 8 --repeats 1 --no-baselines --mwms"])
     failed = multinode_bench.run(cluster_2_nodes, args)
     out = capsys.readouterr().out
     assert failed == 0, out[-5000:]
@@ -33,6 +33,8 @@ def test_benchmark_across_two_nodes_with_shaped_links(cluster_2_nodes, capsys):
     assert out.count("(#wrong 0)") == 3, out[-5000:]
     for label in ("kerashvd, 4 ranks, hierarchical off", "kerashvd, 4 ranks, hierarchical on"):
         assert re.search(re.escape(label) + r" +\d+\.\d images/s +scaling efficiency", out), out
+    # tf.distribute's workers found each other across the nodes (gRPC between namespaces).
+    assert re.search(r"tf_keras, MultiWorkerMirroredStrategy, 4 workers +\d+\.\d images/s", out), out
     # The links were limited while it ran, and are not any more.
     for node in cluster_2_nodes.nodes:
         assert "tbf" not in cluster_2_nodes.run(
