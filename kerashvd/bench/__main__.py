@@ -69,6 +69,17 @@ def relaunch(argv, np):
                             sys.executable, "-m", "kerashvd.bench", *argv])
 
 
+def bench_main(name, parse, run, argv):
+    """``python -m kerashvd.bench NAME *argv``: parses, relaunches on ``--np`` ranks outside a
+    launcher (:func:`relaunch`), else measures in this process with ``run(args)``."""
+    args = parse(argv)
+    status = relaunch([name, *argv], args.np)
+    if status is not None:
+        return status
+    run(args)
+    return 0
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["keras"]:

@@ -122,11 +122,6 @@ def run(args):
 
 
 def main(argv):
-    from .__main__ import relaunch
+    from .__main__ import bench_main
 
-    args = _parse(argv)
-    status = relaunch(["compression", *argv], args.np)
-    if status is not None:
-        return status
-    run(args)
-    return 0
+    return bench_main("compression", _parse, run, argv)
