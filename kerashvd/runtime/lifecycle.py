@@ -78,7 +78,10 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
     pin = gpu_pinning.setting(pin_gpu)
     imported = "tensorflow" in sys.modules  # see kerashvd/runtime/tf_defaults.py
     tf_defaults.apply_unread(imported, imported and _private_api.eager_context_started())
-    _core.init(build_config(settings))
+    config = build_config(settings)
+    _core.init(config)
+    _settings[:] = [config]
+    _starts[0] += 1
     try:
         launch_env.check_world_size(_core.size())
     except RuntimeError:
@@ -97,6 +100,25 @@ def init(comm=None, process_sets=None, pin_gpu=None, **settings):
 
 
 _after_init = []  # what init() calls last, in order (see after_init)
+_settings = []  # the running engine's settings (one _core.Config), empty before init()
+_starts = [0]  # init() calls that started the engine in this process
+
+
+def engine_start():
+    """How many times ``init()`` has started the engine in this process (0 before the first):
+    what a cache of per-engine state keys on."""
+    return _starts[0]
+
+
+def engine_setting(key):
+    """The text of this rank's setting ``key`` (a key of ``kerashvd.runtime.config.SETTINGS``,
+    e.g. ``"autotune"`` -> ``"1"``) in the running engine, as ``init()`` resolved it from its
+    keywords and the environment; None before ``init()`` and after ``shutdown()``. Another rank
+    may run with another value where its environment differs.
+    """
+    if not _settings or not _core.is_initialized():
+        return None
+    return _core.setting_text(_settings[0], key)
 
 
 def after_init(hook):
@@ -146,6 +168,7 @@ def shutdown():
     False
     """
     _core.shutdown()
+    _settings.clear()
     _process_sets._forget_all()
 
 

@@ -80,9 +80,10 @@ const std::vector<SettingInfo>& Settings() {
       {"autotune", "KERASHVD_AUTOTUNE", "HOROVOD_AUTOTUNE", "--autotune", SettingKind::kSwitch,
        0, "", 1, "",
        "1: during the first steps, try fusion thresholds and cycle times on the world's "
-       "collectives, measuring their throughput, then keep the best (rank 0 decides, every "
-       "rank applies each trial in the same cycle; results never change); 0: use the "
-       "settings as given",
+       "collectives, and the gradient bucket cap of DistributedOptimizer and "
+       "DistributedGradientTape, measuring their throughput, then keep the best (rank 0 "
+       "decides, every rank applies each trial at the same cycle or update; results never "
+       "change); 0: use the settings as given",
        &Config::autotune, 1},
       {"autotune_log_file", "KERASHVD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG",
        "--autotune-log-file", SettingKind::kPath, 0, "", 1, "",

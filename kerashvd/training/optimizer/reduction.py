@@ -48,6 +48,7 @@ from ...runtime.process_sets import global_process_set, resolve, set_size
 from ...collectives.reduce_ops import Average, Sum, check_not_adasum, op_name
 from ...collectives._xla_guard import check_not_xla  # noqa: F401  (re-exported)
 from ...runtime import bucket_cap
+from . import bucket_tuning
 from .buckets import plan_buckets
 from .chain import ReducerSettings  # noqa: F401  (re-exported)
 
@@ -146,6 +147,7 @@ class GradientReducer:
             raise TypeError("process_set must be a kerashvd.ProcessSet; received "
                             f"process_set={process_set!r}")
         self.process_set = process_set
+        self._tuner = None  # the bucket_tuning.BucketTuner of its last tuned trace
         self._local = {}  # id(variable) -> variable (held, so that the id is not reused)
         self._local_layers = []  # their trainable weights are local, read at each reduce()
 
@@ -223,17 +225,59 @@ class GradientReducer:
                 out[index] = g  # nothing to reduce (and the engine rejects 0-element tensors)
             else:
                 dense.append(index)
-        for label, indices in self._plan(dense, variables, grads):
+        candidates = self._tuned_plans(dense, grads)
+        if candidates:
+            tuner = self._tuner_for([mb for mb, _ in candidates])
+            branches = [self._branch(plan, grads, dense, f"tune{k}.")
+                        for k, (_, plan) in enumerate(candidates)]
+            reduced = tuner.after_update(tuner.choose(branches))
+            for i, r in zip(dense, reduced):
+                out[i] = r
+            return out
+        for i, r in self._reduce_plan(self._plan(dense, variables, grads), grads, "").items():
+            out[i] = r
+        return out
+
+    def _reduce_plan(self, plan, grads, tag):
+        """{index: reduced gradient} of the dense gradients grouped as ``plan``
+        ([(label, [indices])]); ``tag`` starts every label (the tuned plans' own names)."""
+        out = {}
+        for label, indices in plan:
             by_dtype = {}
             for index in indices:
                 by_dtype.setdefault(tf.as_dtype(grads[index].dtype).name, []).append(index)
             for dtype_name in sorted(by_dtype):
                 members = by_dtype[dtype_name]
                 reduced = self._reduce_dense([tf.convert_to_tensor(grads[i]) for i in members],
-                                             f"{self.prefix}.{label}{dtype_name}")
-                for i, r in zip(members, reduced):
-                    out[i] = r
+                                             f"{self.prefix}.{tag}{label}{dtype_name}")
+                out.update(zip(members, reduced))
         return out
+
+    def _branch(self, plan, grads, dense, tag):
+        def run():
+            reduced = self._reduce_plan(plan, grads, tag)
+            return [reduced[i] for i in dense]
+        return run
+
+    def _tuned_plans(self, dense, grads):
+        """[(cap MiB, plan)] of the bucket autotune's candidates (bucket_tuning), or [] when
+        this reducer's buckets are not tuned: autotune off, a cap, groups or a process set
+        given, or a single distinct plan."""
+        if (not dense or self._group_of is not None or self.num_groups or
+                self.bucket_cap_mb is not None or self.process_set is not global_process_set):
+            return []
+        tune, _, _, _ = bucket_tuning.settings()
+        if not tune:
+            return []
+        candidates = bucket_tuning.candidate_plans(
+            lambda cap: self._bucket_plan(dense, grads, cap),
+            self.bucket_cap_bytes / float(1 << 20))
+        return candidates if len(candidates) > 1 else []
+
+    def _tuner_for(self, caps_mb):
+        """The BucketTuner of this reducer's name and ``caps_mb`` (bucket_tuning.tuner)."""
+        self._tuner = bucket_tuning.tuner(self.prefix, caps_mb, self.process_set)
+        return self._tuner
 
     def _plan(self, dense, variables, grads):
         """Returns [(label, [indices])] for the dense gradients at ``dense``."""
@@ -255,13 +299,20 @@ class GradientReducer:
             cuts = [(n * p) // parts for p in range(parts + 1)]
             return [(f"group{p}.", dense[cuts[p]:cuts[p + 1]]) for p in range(parts)
                     if cuts[p] < cuts[p + 1]]
-        if self.num_groups == 1 or not self.bucket_cap_bytes:
+        if self.num_groups == 1:
+            return [("", dense)] if dense else []
+        return self._bucket_plan(dense, grads, self.bucket_cap_bytes)
+
+    @staticmethod
+    def _bucket_plan(dense, grads, cap_bytes):
+        """[(label, [indices])] of the buckets of the dense gradients under ``cap_bytes``."""
+        if not cap_bytes:
             return [("", dense)] if dense else []
         dtypes = [tf.as_dtype(grads[i].dtype) for i in dense]
         sizes = [float("inf") if grads[i].shape.num_elements() is None  # a bucket of its own
                  else grads[i].shape.num_elements() * dtype.size
                  for i, dtype in zip(dense, dtypes)]
-        buckets = plan_buckets(dense, sizes, [d.name for d in dtypes], self.bucket_cap_bytes)
+        buckets = plan_buckets(dense, sizes, [d.name for d in dtypes], cap_bytes)
         return [(f"bucket{n}.", bucket) for n, bucket in enumerate(buckets)]
 
     def _reduce_dense(self, tensors, name):
