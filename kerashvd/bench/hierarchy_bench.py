@@ -77,7 +77,8 @@ def _mpi_lines(nodes):
     return [
         f"# kerashvd's flat path is MPI_Iallreduce: {cvar('MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM')}"
         f" ({flat['algorithm']}; MPICH's default: recursive doubling up to 2 KiB and for "
-        "user-defined ops such as kerashvd's float Min/Max, reduce-scatter + allgather above)",
+        "user-defined ops such as kerashvd's float Min/Max and float16/bfloat16 Sum, "
+        "reduce-scatter + allgather above)",
         f"# raw MPI is mpi4py's Allreduce, a blocking MPI_Allreduce: "
         f"{cvar('MPIR_CVAR_ALLREDUCE_COMPOSITION')}, "
         f"{cvar('MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM')} (MPICH's default for a commutative op "
