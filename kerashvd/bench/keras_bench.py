@@ -81,12 +81,30 @@ def model(keras, widths=(16, 32, 64), size=32):
     return keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x))
 
 
+EMBEDDING_ROWS, EMBEDDING_WIDTH, TOKENS = 100_000, 64, 16
+
+
 def build(keras, name, size):
-    """The benchmark's model `name` ('cnn' or 'resnet50') for `size` x `size` x 3 images and
-    10 classes."""
+    """The benchmark's model `name` for 10 classes: 'cnn' and 'resnet50' on `size` x `size` x
+    3 images; 'embedding', one large embedding (EMBEDDING_ROWS x EMBEDDING_WIDTH, 25.6 MB of
+    float32) of TOKENS ids a sample, averaged, under two dense layers."""
     if name == "resnet50":
         return keras.applications.ResNet50(weights=None, input_shape=(size, size, 3), classes=10)
+    if name == "embedding":
+        return keras.Sequential([
+            keras.Input((TOKENS,), dtype="int32"),
+            keras.layers.Embedding(EMBEDDING_ROWS, EMBEDDING_WIDTH),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(10, activation="softmax")])
     return model(keras, size=size)
+
+
+def inputs(rng, name, count, size):
+    """`count` synthetic samples for the model `name` (see build)."""
+    if name == "embedding":
+        return rng.integers(0, EMBEDDING_ROWS, size=(count, TOKENS)).astype("int32")
+    return rng.normal(size=(count, size, size, 3)).astype("float32")
 
 
 def _mwms(tf, comm):
@@ -105,7 +123,7 @@ def _mwms(tf, comm):
         communication_options=tf.distribute.experimental.CommunicationOptions(implementation=ring))
 
 
-def worker(mode, batch, steps, warmup, name="cnn", size=32):
+def worker(mode, batch, steps, warmup, name="cnn", size=32, inter_op=1):
     """Runs one configuration in this process; prints a JSON line with images/second."""
     import contextlib
 
@@ -114,7 +132,7 @@ def worker(mode, batch, steps, warmup, name="cnn", size=32):
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(inter_op)
     if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
         import tf_keras as keras
     else:
@@ -133,7 +151,7 @@ def worker(mode, batch, steps, warmup, name="cnn", size=32):
         hvd.init()
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(batch * 8, size, size, 3)).astype("float32")
+    x = inputs(rng, name, batch * 8, size)
     y = rng.integers(0, 10, size=batch * 8).astype("int32")
     dataset = tf.data.Dataset.from_tensor_slices((x, y))
     if strategy is not None:
@@ -225,11 +243,16 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=64, help="batch per rank (default 64)")
     p.add_argument("--steps", type=int, default=60, help="timed steps (default 60)")
     p.add_argument("--warmup", type=int, default=10, help="untimed first steps (default 10)")
-    p.add_argument("--model", choices=["cnn", "resnet50"], default="cnn",
-                   help="the small ResNet-style CNN (default) or Keras' ResNet-50")
+    p.add_argument("--model", choices=["cnn", "resnet50", "embedding"], default="cnn",
+                   help="the small ResNet-style CNN (default), Keras' ResNet-50, or one large "
+                        "embedding (100,000 x 64) under two dense layers")
     p.add_argument("--image-size", type=int, default=32,
                    help="height and width of the synthetic images (default 32; ResNet-50 "
                         "needs at least 32)")
+    p.add_argument("--inter-op", type=int, default=1,
+                   help="TensorFlow inter-op threads per rank (default 1; 0: TensorFlow's "
+                        "default, one per core). With 1, TensorFlow starts the gradient "
+                        "buckets' collectives only after backprop")
     p.add_argument("--repeats", type=int, default=2,
                    help="rounds of runs of every configuration; best kept, and the ratios "
                         "within each round printed with their median")
@@ -256,12 +279,13 @@ def main(argv=None):
     p.add_argument("--worker", choices=["plain", "hvd", "sync", "mwms"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        worker(args.worker, args.batch, args.steps, args.warmup, args.model, args.image_size)
+        worker(args.worker, args.batch, args.steps, args.warmup, args.model, args.image_size,
+               args.inter_op)
         return 0
 
     me = [sys.executable, "-m", "kerashvd.bench", "keras", "--batch", str(args.batch),
           "--steps", str(args.steps), "--warmup", str(args.warmup), "--model", args.model,
-          "--image-size", str(args.image_size)]
+          "--image-size", str(args.image_size), "--inter-op", str(args.inter_op)]
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     launcher = shlex.split(args.launcher) if args.launcher else [mpiexec, "-n", str(args.np)]
     variants = _variants(args.hierarchical, args.settings)
@@ -297,10 +321,14 @@ def main(argv=None):
         for name, rate in rates.items():
             best[name] = max(best.get(name, 0.0), rate)
     one = best["hvd1"]
-    what = "ResNet-50" if args.model == "resnet50" else "ResNet-style CNN"
+    what = {"resnet50": "ResNet-50", "embedding": "embedding model"}.get(args.model,
+                                                                           "ResNet-style CNN")
+    data = (f"{TOKENS} ids a sample" if args.model == "embedding" else
+            f"{args.image_size}x{args.image_size}x3")
     print(f"# Keras {what} ({results['hvd1']['weights']:,} weights), "
-          f"{args.image_size}x{args.image_size}x3, batch {args.batch}/rank, "
-          f"1 intra-op thread/rank, best of {args.repeats}")
+          f"{data}, batch {args.batch}/rank, "
+          f"1 intra-op thread/rank, {args.inter_op or 'default'} inter-op thread(s)/rank, "
+          f"best of {args.repeats}")
     command = [sys.executable, "-m", "kerashvd.bench", "keras"] + \
         (sys.argv[2:] if argv is None else list(argv))
     print("\n".join(header.lines(results["hvd1"]["environment"], command, f"1 and {args.np}",

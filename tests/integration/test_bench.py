@@ -65,6 +65,17 @@ def test_keras_bench_trains_resnet50_across_two_ranks():
     assert re.search(r"^kerashvd, 2 ranks +\d+\.\d images/s +scaling efficiency", out, re.M), out
 
 
+def test_keras_bench_trains_the_embedding_model_with_default_inter_op_threads():
+    args = ["keras", "--model", "embedding", "--steps", "2", "--warmup", "1", "--batch", "8",
+            "--repeats", "1", "--no-baselines", "--inter-op", "0"]
+    out = _run(args, timeout=900)
+    _check_header(out, args)
+    # 100,000 x 64 embedding, 64 x 256 + 256 and 256 x 10 + 10 dense weights.
+    assert ("# Keras embedding model (6,419,210 weights), 16 ids a sample, batch 8/rank, "
+            "1 intra-op thread/rank, default inter-op thread(s)/rank") in out, out
+    assert re.search(r"^kerashvd, 2 ranks +\d+\.\d images/s +scaling efficiency", out, re.M), out
+
+
 def test_overlap_bench_prints_every_configuration_and_a_step_timeline():
     args = ["overlap", "--widths", "8,16", "--batch", "4", "--cycles", "2", "--warmup", "1",
             "--caps", "0.001"]
