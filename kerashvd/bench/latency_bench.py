@@ -12,6 +12,8 @@ engine's phases:
                wait for the last rank to submit
   queue        ready -> its group starts (fusion planning)
   collective   the data collective (ALLREDUCE, with any fusion-buffer copies)
+  carried      an allreduce carried in the negotiation's own message (CARRIED: its result
+               written out; the collective then has no phase of its own)
   complete     collective done -> its op's callback into TensorFlow returned
   to next      collective done -> the next allreduce of the chain submitted (the callback,
                then TensorFlow's own time between two ops; overlaps 'complete')
@@ -23,7 +25,8 @@ same run: the time per allreduce of the chain with the timeline off (the figure 
 raw MPI's blocking allreduce of the same bytes (mpi4py ``Allreduce``), and raw MPI's
 non-blocking bitwise-AND allreduce of 3 words completed with ``Wait`` (what one negotiation
 round trip costs MPI alone). ``--linger 0,0.05`` measures the chain with each
-KERASHVD_LINGER_TIME in turn, every round, side by side. Run it across nodes inside ``srun -N
+KERASHVD_LINGER_TIME in turn, every round, side by side, and ``--carry 0,16384`` with each
+KERASHVD_CARRY_BYTES (0: every allreduce negotiated, then run; the default: carried). Run it across nodes inside ``srun -N
 2`` (tests/integration/multinode_bench.py ``--parts latency``); started alone it relaunches
 itself with ``kerashvdrun -np NP``.
 """
@@ -40,7 +43,7 @@ from . import header
 from .allreduce_bench import _bytes
 
 # Engine phases read from each tensor's row, in the order they happen (kerashvd/timeline).
-PHASES = ["LAST_CYCLE", "QUEUE", "ALLREDUCE", "COMPLETE"]
+PHASES = ["LAST_CYCLE", "QUEUE", "ALLREDUCE", "CARRIED", "COMPLETE"]
 
 
 def _parse(argv):
@@ -56,6 +59,10 @@ def _parse(argv):
                    help="KERASHVD_LINGER_TIME values (ms) to compare side by side, e.g. "
                         "0,0.05: kerashvd is initialized with each in turn in every round "
                         "(default: the environment's setting only)")
+    p.add_argument("--carry", default="",
+                   help="KERASHVD_CARRY_BYTES values to compare side by side, e.g. 0,16384 "
+                        "(each with every --linger value; default: the environment's setting "
+                        "only)")
     p.add_argument("--keep", default="",
                    help="a folder to keep the timelines in (timeline.<rank>.json), for a look "
                         "at single allreduces; default: discarded")
@@ -117,10 +124,24 @@ def run(args):
     from mpi4py import MPI
 
     lingers = [float(v) for v in args.linger.split(",")] if args.linger else [None]
-    def init(linger):
-        hvd.init(**({} if linger is None else {"linger_ms": linger}))
+    carries = [int(v) for v in args.carry.split(",")] if args.carry else [None]
+    # Each variant: (the settings' label, init()'s keywords).
+    variants = []
+    for linger in lingers:
+        for carry in carries:
+            kwargs, label = {}, ""
+            if linger is not None:
+                kwargs["linger_ms"] = linger
+                label += f"KERASHVD_LINGER_TIME={linger:g} "
+            if carry is not None:
+                kwargs["carry_bytes"] = carry
+                label += f"KERASHVD_CARRY_BYTES={carry} "
+            variants.append((label.strip().replace(" ", ", ") + ": " if label else "", kwargs))
 
-    init(lingers[0])
+    def init(kwargs):
+        hvd.init(**kwargs)
+
+    init(variants[0][1])
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
     nbytes, depth = _bytes(args.size), args.depth
@@ -150,15 +171,15 @@ def run(args):
     folder = (args.keep or tempfile.mkdtemp(prefix="kerashvd-latency-")) if rank == 0 else None
     folder = comm.bcast(folder)
     path = os.path.join(folder, "timeline.{rank}.json")
-    # Each round times every measure in turn (and kerashvd with each --linger value), so
+    # Each round times every measure in turn (and kerashvd with each variant), so
     # that the machine's drift hits them alike.
     rounds = {"mpi": [], "band": [], "floor": []}
     traced = {}
     for i in range(args.rounds):
-        for j, linger in enumerate(lingers):
-            if len(lingers) > 1:
+        for j, (_, kwargs) in enumerate(variants):
+            if len(variants) > 1:
                 hvd.shutdown()
-                init(linger)
+                init(kwargs)
                 for _ in range(3):
                     chain(x)
             rounds.setdefault(("chain", j), []).append(timed(lambda: chain(x), args.calls) / depth)
@@ -172,7 +193,7 @@ def run(args):
             lambda: comm.Iallreduce(MPI.IN_PLACE, words, op=MPI.BAND).Wait(), args.calls * depth))
     t_mpi, t_band, t_floor = (statistics.median(rounds[k]) for k in ("mpi", "band", "floor"))
     results = []
-    for j, linger in enumerate(lingers):
+    for j in range(len(variants)):
         with open(path.replace("timeline.", f"timeline.{j}.").replace("{rank}", str(rank))) as f:
             events = json.load(f)
         medians, count = phase_medians(events, prefix)
@@ -188,9 +209,8 @@ def run(args):
         print(f"# raw MPI: Allreduce of {nbytes} B {t_mpi * 1e6:.1f} us; Iallreduce BAND of 3 "
               f"words + Wait {t_band * 1e6:.1f} us; a call of a tf.function without "
               f"allreduces: {t_floor * 1e6:.1f} us (medians of {args.rounds} rounds)")
-        for j, linger in enumerate(lingers):
+        for j, (setting, _) in enumerate(variants):
             t_chain, t_traced = rows[0][0][j][0], rows[0][0][j][1]
-            setting = "" if linger is None else f"KERASHVD_LINGER_TIME={linger:g}: "
             print(f"# {setting}{depth} allreduces of {nbytes} B chained in one tf.function, "
                   f"{args.calls} calls a round: {t_chain * 1e6:.1f} us per allreduce (median "
                   f"of {args.rounds} rounds, timeline off; one round with the timeline on: "

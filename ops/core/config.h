@@ -24,6 +24,9 @@ struct Config {
   // After a cycle that ran collectives, the background thread keeps polling its queue this
   // long (yielding the core between polls) before it sleeps (lane.h "Lingering"); 0: never.
   double linger_ms = 0.0;
+  // A single allreduce of host memory up to this many bytes (at most kCarryMaxBytes) that the
+  // ranks predict will come next rides in the negotiation's allreduce (carry.h); 0: never.
+  int64_t carry_bytes = 16 * 1024;
   // Number of distinct tensor signatures remembered by the response cache; 0 disables it.
   int64_t cache_capacity = 1024;
   // A collective submitted by some ranks but not all for this long is reported (0: never).

@@ -41,6 +41,9 @@ class ControlPlane {
   virtual int size() const = 0;
   // In place bitwise AND of `count` words across all ranks.
   virtual Status AllreduceBitwiseAnd(uint64_t* words, int count) = 0;
+  // In place CombineCarry of a carried message of `count` words across all ranks (carry.h),
+  // reduced as one element, so that the MPI library cannot split it.
+  virtual Status AllreduceCarry(uint64_t* message, int count) = 0;
   // Rank 0 receives every rank's bytes in rank order (its own included); others get nothing.
   virtual Status GatherToRoot(const std::string& send, std::vector<std::string>* received) = 0;
   // Rank 0's `data` replaces `data` on every other rank.

@@ -1,5 +1,9 @@
 #include "controller.h"
 
+#include <cstring>
+
+#include "buffer_ops.h"
+
 namespace kerashvd {
 namespace {
 
@@ -9,6 +13,16 @@ enum Flag : uint64_t {
 
 void SetBit(std::vector<uint64_t>& words, size_t offset, int32_t slot) {
   words[offset + slot / 64] |= uint64_t{1} << (slot % 64);
+}
+
+// The carried payload of `entry` (prescaled as the executor prescales), or of a rank without
+// it (joined), the identity of the op.
+void FillPayload(const TensorEntry* entry, const Request& sig, uint64_t* payload) {
+  const int64_t count = NumElements(sig.shapes[0]);
+  const ReduceOp op = sig.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : sig.reduce_op;
+  if (!entry) FillIdentity(payload, count, sig.dtype, op);
+  else if (sig.prescale != 1.0) ScaleCopy(entry->inputs[0], payload, count, sig.dtype, sig.prescale);
+  else std::memcpy(payload, entry->inputs[0], count * DataTypeSize(sig.dtype));
 }
 
 }  // namespace
@@ -72,8 +86,15 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   const int32_t slots = cache_.num_slots();
   const size_t width = (slots + 63) / 64;
 
-  // Step 2: bits for cached entries, full requests for the rest.
+  // The collective every rank predicts for this cycle, if it may be carried (carry.h).
   const int world = control_->size();
+  int32_t carry_slot = world > 1 && carry_bytes_ > 0 ? predictor_.Predict() : -1;
+  if (carry_slot >= 0 && !(cache_.Occupied(carry_slot) &&
+                           Carriable(cache_.Get(carry_slot), carry_bytes_)))
+    carry_slot = -1;
+  const TensorEntry* carry_entry = nullptr;  // this rank's entry of it, when pending here
+
+  // Step 2: bits for cached entries, full requests for the rest.
   const size_t rank_words = (world + 63) / 64;
   // Layout: [ready bits | ~set bits | ~flags | ~leaving ranks | ~out-of-place bits].
   const size_t oop_offset = 2 * width + 1 + rank_words;
@@ -94,6 +115,7 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
       SetBit(words, 0, slot);
       SetBit(words, width, slot);
       if (entry.request.out_of_place) SetBit(out_of_place, 0, slot);
+      if (slot == carry_slot && !entry.wait_inputs) carry_entry = &entry;
     } else {
       uncached.push_back(entry.request);
       announced_[name] = true;
@@ -131,8 +153,35 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   for (size_t i = 0; i < rank_words; ++i) words[2 * width + 1 + i] = ~leaving[i];
   for (size_t i = 0; i < width; ++i) words[oop_offset + i] = ~out_of_place[i];
 
-  // Step 3: one allreduce.
-  KERASHVD_RETURN_IF_ERROR(control_->AllreduceBitwiseAnd(words.data(), static_cast<int>(words.size())));
+  // Step 3: one allreduce, carrying the predicted collective's data when there is one.
+  std::vector<uint64_t> carried;  // its result, when every rank had it pending
+  if (carry_slot >= 0) {
+    const Request& sig = cache_.Get(carry_slot);
+    CarryLayout layout;
+    layout.and_words = static_cast<int>(words.size()) + 1;
+    layout.count = NumElements(sig.shapes[0]);
+    layout.dtype = sig.dtype;
+    layout.op = sig.reduce_op;
+    std::vector<uint64_t> message = layout.NewMessage();
+    std::copy(words.begin(), words.end(), message.begin() + layout.words_offset());
+    const size_t valid = layout.words_offset() + words.size();
+    if (carry_entry) {
+      message[valid] = ~uint64_t{0};
+      FillPayload(carry_entry, sig, message.data() + layout.payload_offset());
+    }
+    KERASHVD_RETURN_IF_ERROR(
+        control_->AllreduceCarry(message.data(), static_cast<int>(message.size())));
+    if (!layout.HeaderIntact(message.data()))
+      return Status::Internal("the ranks predicted different collectives to carry in one "
+                              "negotiation (carry.h): a kerashvd bug; set KERASHVD_CARRY_BYTES=0 "
+                              "to run without carried allreduces");
+    std::copy(message.begin() + layout.words_offset(), message.begin() + valid, words.begin());
+    if (message[valid] == ~uint64_t{0})
+      carried.assign(message.begin() + layout.payload_offset(), message.end());
+  } else {
+    KERASHVD_RETURN_IF_ERROR(
+        control_->AllreduceBitwiseAnd(words.data(), static_cast<int>(words.size())));
+  }
   std::vector<uint64_t> ready(words.begin(), words.begin() + width);
   std::vector<uint64_t> any(width);
   for (size_t i = 0; i < width; ++i) {
@@ -178,6 +227,9 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
 
   // Step 5: the work list, identical on every rank.
   std::vector<Response> work = std::move(list.responses);
+  std::vector<int32_t> work_slots;  // the cache slot of each, or -1
+  for (const Response& r : work) work_slots.push_back(r.cache_slot);
+  size_t carried_index = work.size() + slots;  // none
   for (int32_t s = 0; s < slots; ++s) {
     bool set_everywhere = (ready[s / 64] >> (s % 64)) & 1;
     bool set_somewhere = (any[s / 64] >> (s % 64)) & 1;
@@ -186,13 +238,21 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
     r.request = cache_.Get(s);
     r.request.out_of_place = (out_of_place[s / 64] >> (s % 64)) & 1;
     r.any_joined = false;
+    if (s == carry_slot && !carried.empty()) carried_index = work.size();
     work.push_back(std::move(r));
+    work_slots.push_back(s);
   }
   for (int32_t s : list.evict_slots) cache_.Evict(s);
   for (const Response& r : work)
     if (r.kind == Response::Kind::kExecute && r.cache_slot >= 0) cache_.Insert(r.cache_slot, r.request);
+  // What the next cycle predicts, learnt from this one's work list (the same everywhere).
+  if (!list.evict_slots.empty()) predictor_.Reset();
+  if (!work.empty())
+    predictor_.Observe(work.size() == 1 && work[0].kind == Response::Kind::kExecute
+                           ? work_slots[0] : -1);
 
-  for (Response& r : work) {
+  for (size_t w = 0; w < work.size(); ++w) {
+    Response& r = work[w];
     if (r.kind != Response::Kind::kJoinDone && !Takes(r.request)) continue;  // another set's
     if (r.kind == Response::Kind::kOverlap) {
       FailOverlap(r);
@@ -213,6 +273,7 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
     }
     item.response = std::move(r);
     item.ready = Clock::now();
+    if (w == carried_index) item.carried = std::move(carried);
     out->work.push_back(std::move(item));
   }
   bool any_bit = false;
@@ -220,6 +281,29 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   out->quiet = out->work.empty() && !has_pending() && !any_bit &&
                !(flags & (kHasUncached | kCoordinatorBroadcast));
   out->set_work_pending = (flags & kSetWorkPending) != 0;
+  return Status::Ok();
+}
+
+bool Controller::ReducesAlone(const WorkItem& item) const {
+  const Response& r = item.response;
+  return carry_bytes_ > 0 && item.carried.empty() && r.kind == Response::Kind::kExecute &&
+         Carriable(r.request, carry_bytes_) && OrderMatters(r.request, control_->size());
+}
+
+Status Controller::ReduceAlone(WorkItem& item) {
+  const Request& sig = item.response.request;
+  CarryLayout layout;
+  layout.count = NumElements(sig.shapes[0]);
+  layout.dtype = sig.dtype;
+  layout.op = sig.reduce_op;
+  std::vector<uint64_t> message = layout.NewMessage();
+  FillPayload(item.entry ? &*item.entry : nullptr, sig, message.data() + layout.payload_offset());
+  KERASHVD_RETURN_IF_ERROR(control_->AllreduceCarry(message.data(), static_cast<int>(message.size())));
+  if (!layout.HeaderIntact(message.data()))
+    return Status::Internal("the ranks disagree on the allreduce of '" + sig.name +
+                            "' (carry.h): a kerashvd bug; set KERASHVD_CARRY_BYTES=0 to run "
+                            "without carried allreduces");
+  item.carried.assign(message.begin() + layout.payload_offset(), message.end());
   return Status::Ok();
 }
 

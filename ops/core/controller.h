@@ -56,6 +56,10 @@
 // that case cannot be detected, and names shared between threads must be avoided
 // (docs/collectives.md).
 //
+// Carried allreduce (carry.h): when every rank predicts the same small cached allreduce for
+// this cycle, step 3's allreduce also carries its data; if every rank had it pending, step 5
+// puts it in the work list already reduced, and no second collective runs for it.
+//
 // Invariants: every rank runs the same number of cycles (each has a collective), applies the
 // same lists in the same order, and so holds the same cache and produces the same work list.
 // A rank that has joined owns no entry for some allreduce work items and contributes the
@@ -69,6 +73,7 @@
 #include <string>
 #include <vector>
 
+#include "carry.h"
 #include "config.h"
 #include "control_plane.h"
 #include "coordinator.h"
@@ -82,6 +87,9 @@ struct WorkItem {
   std::optional<TensorEntry> entry;  // empty when this rank has joined and owns no entry
   std::chrono::steady_clock::time_point ready;  // when negotiation found it ready everywhere
   std::chrono::steady_clock::time_point cycle_start;  // when that cycle began (set by the lane)
+  // Non-empty: the allreduce's result (before postscale), reduced in the negotiation's own
+  // message (carry.h) or by Controller::ReduceAlone; the executor only hands it over.
+  std::vector<uint64_t> carried;
 };
 
 struct CycleResult {
@@ -114,6 +122,16 @@ class Controller {
   // Whether entries submitted on this rank still wait for other ranks.
   bool has_pending() const { return !pending_.empty() || join_entry_.has_value(); }
   const ResponseCache& cache() const { return cache_; }
+  // Allreduces up to `bytes` that every rank predicts may ride in the negotiation (carry.h);
+  // 0: none. The same on every rank (the lane agrees on it with rank 0 first).
+  void set_carry_bytes(int64_t bytes) { carry_bytes_ = bytes; }
+  // Whether `item` (alone in its fusion group, not carried) must be reduced by ReduceAlone, so
+  // that its bits equal those it gets when carried (carry.h, "Bits").
+  bool ReducesAlone(const WorkItem& item) const;
+  // Reduces `item` through the control plane as a carried collective with no negotiation
+  // words, and puts the result in item.carried. Collective: every rank calls it for the same
+  // item in the same order.
+  Status ReduceAlone(WorkItem& item);
   // Rank 0: sends `decision` to every rank with the next cycle's ResponseList, where
   // CycleResult::tune returns it on every rank.
   void ProposeTune(const TuneDecision& decision) { proposal_ = decision; }
@@ -148,6 +166,8 @@ class Controller {
   bool join_announced_ = false;
   bool coordinator_wants_broadcast_ = false;
   std::optional<TuneDecision> proposal_;  // rank 0: autotune's decision still to send
+  int64_t carry_bytes_ = 0;
+  CarryPredictor predictor_;
 };
 
 }  // namespace kerashvd

@@ -110,6 +110,7 @@ Status Executor::Execute(std::vector<WorkItem*>& group, CollectiveResult* result
     result->last_joined_rank = response.last_joined_rank;
     return Status::Ok();
   }
+  if (!first.carried.empty()) return FinishCarried(first);
   switch (response.request.op_type) {
     case OpType::kAllreduce: return Allreduce(group);
     case OpType::kAllgather: return Allgather(first);
@@ -202,6 +203,20 @@ Status Executor::Allreduce(std::vector<WorkItem*>& group) {
     }
   }
   Mark(group, "MEMCPY_OUT_FUSION_BUFFER", t);
+  return Status::Ok();
+}
+
+Status Executor::FinishCarried(WorkItem& item) {
+  const Request& sig = item.response.request;
+  const int64_t count = NumElements(sig.shapes[0]);
+  void* out;
+  KERASHVD_RETURN_IF_ERROR(Output(item, 0, sig.shapes[0], &out));
+  const auto t = Timeline::Clock::now();
+  const double post = PostscaleOf(sig);
+  KERASHVD_RETURN_IF_ERROR(
+      post != 1.0 ? memory_->ScaleCopy(item.carried.data(), out, count, sig.dtype, post)
+                  : memory_->Copy(out, item.carried.data(), count * DataTypeSize(sig.dtype)));
+  Mark({&item}, "CARRIED", t);
   return Status::Ok();
 }
 

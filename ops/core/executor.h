@@ -1,5 +1,8 @@
 // Executor: runs one planned group of a cycle's work on a backend and completes its entries.
 //
+// A carried allreduce (carry.h) arrives already reduced: the executor only writes its result
+// out, postscaled, and completes it.
+//
 // Fused allreduce, step by step: copy every input into the fusion buffer in its wire type
 // (WireType in types.h; applying prescale, and widening float16/bfloat16 to float32 for Min and
 // Max), one in-place backend allreduce, copy every result out (applying postscale, and 1/size
@@ -42,6 +45,8 @@ class Executor {
 
  private:
   Status Allreduce(std::vector<WorkItem*>& group);
+  // An allreduce already reduced (WorkItem::carried): its result, postscaled, to its output.
+  Status FinishCarried(WorkItem& item);
   // A fused group on a backend that reduces spans (Backend::ReducesSpans).
   Status AllreduceSpans(std::vector<WorkItem*>& group, const ReduceOptions& options);
   Status Allgather(WorkItem& item);

@@ -1,6 +1,7 @@
 #include "lane.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <pthread.h>
 #include <sstream>
@@ -128,7 +129,70 @@ std::string Lane::ShutdownMessage(const std::vector<int>& ranks) const {
   return msg.str();
 }
 
+Status Lane::AgreeSettings() {
+  const int64_t carry = id_ == 0 ? std::min(config_.carry_bytes, kCarryMaxBytes) : 0;
+  const int64_t mine[3] = {fusion_threshold_, carry,
+                           static_cast<int64_t>(config_.hierarchical_allreduce)};
+  std::string bytes(reinterpret_cast<const char*>(mine), sizeof(mine));
+  KERASHVD_RETURN_IF_ERROR(control_->BroadcastFromRoot(&bytes));
+  int64_t agreed[3];
+  if (bytes.size() != sizeof(agreed)) return Status::Internal("settings of rank 0 garbled");
+  std::memcpy(agreed, bytes.data(), sizeof(agreed));
+  if (agreed[0] != mine[0] || agreed[1] != mine[1])
+    LogWarning(world_ranks_[control_->rank()],
+               "fusion_threshold_bytes/carry_bytes are " + std::to_string(mine[0]) + "/" +
+                   std::to_string(mine[1]) + " on this rank but " + std::to_string(agreed[0]) +
+                   "/" + std::to_string(agreed[1]) + " on rank " + std::to_string(world_ranks_[0]) +
+                   ": every rank follows rank " + std::to_string(world_ranks_[0]) +
+                   ". Set them alike on every rank");
+  fusion_threshold_ = agreed[0];
+  // Node by node forced on reduces small allreduces otherwise than a carried one would.
+  const bool node_by_node = agreed[2] == static_cast<int64_t>(Hierarchical::kOn);
+  controller_->set_carry_bytes(node_by_node ? 0 : agreed[1]);
+  return Status::Ok();
+}
+
+Status Lane::Execute(CycleResult& cycle, int64_t* bytes) {
+  // Carried allreduces first: they need no communication, and must not be fused.
+  auto rest = std::stable_partition(cycle.work.begin(), cycle.work.end(),
+                                    [](const WorkItem& item) { return item.carried.empty(); });
+  for (auto it = rest; it != cycle.work.end(); ++it) {
+    std::vector<WorkItem*> group{&*it};
+    *bytes += FusedBytes(it->response.request);
+    RunTimed(executor_.get(), group);
+  }
+  cycle.work.erase(rest, cycle.work.end());
+  Status failed;
+  for (std::vector<size_t>& indices : PlanFusion(cycle.work, fusion_threshold_)) {
+    std::vector<WorkItem*> group;
+    for (size_t i : indices) {
+      group.push_back(&cycle.work[i]);
+      *bytes += FusedBytes(cycle.work[i].response.request);
+    }
+    if (group.size() == 1 && controller_->ReducesAlone(*group[0])) {
+      const auto start = Timeline::Clock::now();
+      Status reduced = failed.ok() ? controller_->ReduceAlone(*group[0]) : failed;
+      if (!reduced.ok()) {
+        failed = reduced;
+        Executor::Fail(group, reduced);
+        continue;
+      }
+      if (timeline_->active())
+        timeline_->Phase(group[0]->response.request.name, "ALLREDUCE", start,
+                         Timeline::Clock::now());
+    }
+    Executor* executor = executor_.get();
+    Status placed = router_ ? router_->ExecutorFor(group, executor_.get(), &executor)
+                            : Status::Ok();
+    if (placed.ok()) RunTimed(executor, group);
+    else Executor::Fail(group, placed);
+  }
+  return failed;
+}
+
 void Lane::Loop() {
+  Status agreed = AgreeSettings();
+  if (!agreed.ok()) return Stop(agreed);
   auto wait = idle_;
   const auto linger =
       std::chrono::microseconds(static_cast<int64_t>(config_.linger_ms * 1000));
@@ -169,20 +233,11 @@ void Lane::Loop() {
 
     const auto executed = Timeline::Clock::now();
     int64_t bytes = 0;
-    for (std::vector<size_t>& indices : PlanFusion(cycle.work, fusion_threshold_)) {
-      std::vector<WorkItem*> group;
-      for (size_t i : indices) {
-        group.push_back(&cycle.work[i]);
-        bytes += FusedBytes(cycle.work[i].response.request);
-      }
-      Executor* executor = executor_.get();
-      Status placed = router_ ? router_->ExecutorFor(group, executor_.get(), &executor)
-                              : Status::Ok();
-      if (placed.ok()) RunTimed(executor, group);
-      else Executor::Fail(group, placed);
-    }
     worked = !cycle.work.empty();
-    if (worked) timeline_->Cycle(executed, Timeline::Clock::now(), cycle.work.size(), bytes);
+    const size_t tensors = cycle.work.size();
+    Status ran = Execute(cycle, &bytes);
+    if (!ran.ok()) return Stop(ran);
+    if (worked) timeline_->Cycle(executed, Timeline::Clock::now(), tensors, bytes);
     if (tuner_ && bytes > 0) {
       if (std::optional<TuneDecision> next = tuner_->Observe(bytes, Tuner::Clock::now()))
         controller_->ProposeTune(*next);

@@ -37,6 +37,9 @@
 // poll spends CPU time that ranks sharing their cores need, and on that machine no gain could
 // be told from its load; where every rank has a core to spare, 0.05 ms is a start.
 //
+// Carried allreduces (carry.h) are the world lane's only: their results come out of the
+// negotiation, and the lane hands them to the executor before it plans fusion over the rest.
+//
 // Shutdown is negotiated like a collective: the lane stops on every member in the same cycle,
 // the first one in which any member asks for it (RequestShutdown), and fails what is pending.
 #pragma once
@@ -111,6 +114,13 @@ class Lane {
 
  private:
   void Loop();
+  // First thing on the lane's thread, collective over its members: rank 0's fusion threshold
+  // and carry limit hold on every rank (fusion groups and carried messages must match), and a
+  // rank set otherwise says so.
+  Status AgreeSettings();
+  // Runs the cycle's work: carried allreduces, then the fusion groups. Returns the first error
+  // of the control plane (ReduceAlone), after which the lane stops.
+  Status Execute(CycleResult& cycle, int64_t* bytes);
   // Runs a group on `executor` and records its collectives for the straggler report.
   void RunTimed(Executor* executor, std::vector<WorkItem*>& group);
   void Stop(const Status& reason);

@@ -29,6 +29,13 @@ const std::vector<SettingInfo>& Settings() {
        "CPU time between collectives (what ranks that share their cores need). Try 0.05 "
        "where each rank has a core to spare",
        &Config::linger_ms, 1},
+      {"carry_bytes", "KERASHVD_CARRY_BYTES", "", "--carry-bytes", SettingKind::kInteger, 0,
+       "bytes", 1, "bytes",
+       "a lone allreduce of CPU memory up to this size (at most 32768) that every rank "
+       "predicts from the previous steps travels inside the negotiation's own message, one "
+       "round trip across the network instead of two; a wrong prediction costs the bytes, "
+       "never a value. 0: never. Rank 0's value holds on every rank",
+       &Config::carry_bytes, 1},
       {"cache_capacity", "KERASHVD_CACHE_CAPACITY", "", "--cache-capacity",
        SettingKind::kInteger, 0, "", 1, "",
        "negotiated tensor signatures remembered by the response cache; 0 disables it",

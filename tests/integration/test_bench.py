@@ -104,25 +104,33 @@ def test_overlap_bench_prints_every_configuration_and_a_step_timeline():
 
 
 def test_latency_bench_reads_every_engine_phase_of_every_rank():
-    # Two lingers, compared in every round: kerashvd is initialized again for each.
-    args = ["latency", "--calls", "2", "--rounds", "1", "--depth", "3", "--linger", "0,0.05"]
+    # Carrying off and on, with a linger, compared in every round: kerashvd is initialized
+    # again for each.
+    args = ["latency", "--calls", "2", "--rounds", "1", "--depth", "3", "--linger", "0.05",
+            "--carry", "0,16384"]
     out = _run(args, timeout=600)
     _check_header(out, args)
     assert re.search(r"^# raw MPI: Allreduce of 4096 B [\d.]+ us; Iallreduce BAND", out,
                      re.M), out
-    for linger in ("0", "0.05"):
-        assert re.search(rf"^# KERASHVD_LINGER_TIME={re.escape(linger)}: 3 allreduces of "
-                         r"4096 B chained .*: [\d.]+ us per allreduce", out, re.M), out
-    # Per linger, per rank: a mean and a median row with the six phases, all measured (a
-    # phase missing from the timeline would read nan), then the allreduces of the recorded
-    # round (2 calls x 3) and the negotiations with work pending.
-    number = r"(-?\d+\.\d)"
-    means = re.findall(rf"^ +(\d) +\S+ +mean +{' +'.join([number] * 6)} +(\d+) +(\d+) ", out,
+    for carry in ("0", "16384"):
+        assert re.search(rf"^# KERASHVD_LINGER_TIME=0.05, KERASHVD_CARRY_BYTES={carry}: 3 "
+                         r"allreduces of 4096 B chained .*: [\d.]+ us per allreduce", out,
+                         re.M), out
+    # Per variant, per rank: a mean and a median row with the seven phases, then the
+    # allreduces of the recorded round (2 calls x 3) and the negotiations with work pending.
+    # Carrying off, every allreduce has its collective and none is carried (nan); on, every
+    # one is carried (the chain was called before the round) and has no collective.
+    number = r"(-?\d+\.\d|nan)"
+    means = re.findall(rf"^ +(\d) +\S+ +mean +{' +'.join([number] * 7)} +(\d+) +(\d+) ", out,
                        re.M)
-    medians = re.findall(rf"^ +(\d) +\S+ +median +{' +'.join([number] * 6)}$", out, re.M)
+    medians = re.findall(rf"^ +(\d) +\S+ +median +{' +'.join([number] * 7)}$", out, re.M)
     assert [r[0] for r in means] == ["0", "1", "0", "1"], out
     assert len(medians) == 4, out
-    assert all(int(r[7]) == 6 and int(r[8]) >= 1 for r in means), out
+    assert all(int(r[8]) == 6 and int(r[9]) >= 1 for r in means), out
+    for r in means[:2]:  # off: to cycle .. allreduce, complete, to next measured; carried nan
+        assert "nan" not in r[1:5] + r[6:8] and r[5] == "nan", out
+    for r in means[2:]:  # on: allreduce nan, the others measured
+        assert "nan" not in r[1:4] + r[5:8] and r[4] == "nan", out
 
 
 def test_compression_bench_prints_each_compression_with_its_error():

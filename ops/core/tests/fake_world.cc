@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "../carry.h"
 #include "../lane_transport.h"
 #include "fake_backend.h"
 
@@ -113,6 +114,28 @@ Status FakeControlPlane::AllreduceBitwiseAnd(uint64_t* words, int count) {
       words[i] &= w;
     }
   }
+  return Status::Ok();
+}
+
+Status FakeControlPlane::AllreduceCarry(uint64_t* message, int count) {
+  std::string send(reinterpret_cast<const char*>(message), sizeof(uint64_t) * count);
+  std::vector<std::string> all;
+  KERASHVD_RETURN_IF_ERROR(world_->Exchange(rank_, send, &all, timeout_, abort_,
+                                            "negotiation (bitwise allreduce with carried data)"));
+  // Combined in rank order from rank 0's message, so that every rank gets the same bits.
+  std::vector<uint64_t> result(count);
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].size() != send.size())
+      return Status::Internal("ranks passed different word counts to AllreduceCarry");
+    if (r == 0) {
+      std::memcpy(result.data(), all[r].data(), all[r].size());
+      continue;
+    }
+    std::vector<uint64_t> other(count);
+    std::memcpy(other.data(), all[r].data(), all[r].size());
+    CombineCarry(other.data(), result.data());
+  }
+  std::memcpy(message, result.data(), sizeof(uint64_t) * count);
   return Status::Ok();
 }
 

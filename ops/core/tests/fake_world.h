@@ -97,6 +97,7 @@ class FakeControlPlane : public ControlPlane {
   int rank() const override { return rank_; }
   int size() const override { return world_->size(); }
   Status AllreduceBitwiseAnd(uint64_t* words, int count) override;
+  Status AllreduceCarry(uint64_t* message, int count) override;
   Status GatherToRoot(const std::string& send, std::vector<std::string>* received) override;
   Status BroadcastFromRoot(std::string* data) override;
 

@@ -1,8 +1,30 @@
 #include "mpi_control_plane.h"
 
+#include <mutex>
+
+#include "../../carry.h"
 #include "mpi_wait.h"
 
 namespace kerashvd {
+namespace {
+
+// MPI's side of CombineCarry: `len` messages of the contiguous type the call made.
+void CarryOp(void* in, void* inout, int* len, MPI_Datatype* type) {
+  int bytes = 0;
+  MPI_Type_size(*type, &bytes);
+  for (int i = 0; i < *len; ++i)
+    CombineCarry(static_cast<const uint64_t*>(in) + i * (bytes / 8),
+                 static_cast<uint64_t*>(inout) + i * (bytes / 8));
+}
+
+MPI_Op CarryMpiOp() {
+  static std::once_flag once;
+  static MPI_Op op;
+  std::call_once(once, [] { MPI_Op_create(&CarryOp, /*commute=*/1, &op); });
+  return op;
+}
+
+}  // namespace
 
 Status MpiControlPlane::Wait(MPI_Request* request, const char* what) {
   WaitPolicy policy;
@@ -23,6 +45,21 @@ Status MpiControlPlane::AllreduceBitwiseAnd(uint64_t* words, int count) {
   int rc = MPI_Iallreduce(MPI_IN_PLACE, words, count, MPI_UINT64_T, MPI_BAND, mpi_->comm(), &request);
   if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Iallreduce");
   return Wait(&request, "negotiation (bitwise allreduce)");
+}
+
+Status MpiControlPlane::AllreduceCarry(uint64_t* message, int count) {
+  if (size() == 1) return Status::Ok();
+  MPI_Datatype type;
+  int rc = MPI_Type_contiguous(count, MPI_UINT64_T, &type);
+  if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&type);
+  if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Type_contiguous");
+  MPI_Request request;
+  rc = MPI_Iallreduce(MPI_IN_PLACE, message, 1, type, CarryMpiOp(), mpi_->comm(), &request);
+  Status status = rc == MPI_SUCCESS ? Wait(&request, "negotiation (bitwise allreduce with "
+                                                    "carried data)")
+                                    : MpiStatus(rc, "MPI_Iallreduce");
+  MPI_Type_free(&type);
+  return status;
 }
 
 Status MpiControlPlane::GatherToRoot(const std::string& send, std::vector<std::string>* received) {

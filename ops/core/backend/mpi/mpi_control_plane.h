@@ -31,6 +31,7 @@ class MpiControlPlane : public ControlPlane {
   int rank() const override { return mpi_->rank(); }
   int size() const override { return mpi_->size(); }
   Status AllreduceBitwiseAnd(uint64_t* words, int count) override;
+  Status AllreduceCarry(uint64_t* message, int count) override;
   Status GatherToRoot(const std::string& send, std::vector<std::string>* received) override;
   Status BroadcastFromRoot(std::string* data) override;
 

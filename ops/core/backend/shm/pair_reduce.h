@@ -21,7 +21,8 @@ namespace kerashvd {
 bool PairReducible(DataType dtype, ReduceOp op);
 
 // out[i] = copy[i] = ScaleOne(a[i] op b[i], factor) for i < count (buffer_ops.h; a factor of
-// 1 leaves the values as they are). `out` may be `a` or `b`; `copy` overlaps none.
+// 1 leaves the values as they are). `out` may be `a` or `b`; `copy` overlaps none, or is null
+// (only with a factor of 1) when no second copy is wanted.
 void PairReduce(const void* a, const void* b, void* out, void* copy, int64_t count,
                 DataType dtype, ReduceOp op, double factor = 1.0);
 
