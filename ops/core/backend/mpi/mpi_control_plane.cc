@@ -26,12 +26,14 @@ MPI_Op CarryMpiOp() {
 
 }  // namespace
 
-Status MpiControlPlane::Wait(MPI_Request* request, const char* what) {
+Status MpiControlPlane::Wait(MPI_Request* request, const char* what, bool carries_data) {
   WaitPolicy policy;
   policy.timeout_seconds = timeout_seconds_;
   policy.idler = &idler_;
   policy.counters = &counters_;
-  if (urgency_ && !urgency_()) {
+  const bool urgent = !urgency_ || urgency_();
+  if (carries_data && urgent) policy.spin = std::chrono::microseconds(-1);
+  if (!urgent) {
     policy.spin = std::chrono::microseconds(0);
     policy.first_nap = kRelaxedFirstNap;
     policy.max_nap = kRelaxedMaxNap;
@@ -55,9 +57,10 @@ Status MpiControlPlane::AllreduceCarry(uint64_t* message, int count) {
   if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Type_contiguous");
   MPI_Request request;
   rc = MPI_Iallreduce(MPI_IN_PLACE, message, 1, type, CarryMpiOp(), mpi_->comm(), &request);
-  Status status = rc == MPI_SUCCESS ? Wait(&request, "negotiation (bitwise allreduce with "
-                                                    "carried data)")
-                                    : MpiStatus(rc, "MPI_Iallreduce");
+  Status status =
+      rc == MPI_SUCCESS
+          ? Wait(&request, "negotiation (bitwise allreduce with carried data)", true)
+          : MpiStatus(rc, "MPI_Iallreduce");
   MPI_Type_free(&type);
   return status;
 }

@@ -36,7 +36,10 @@ class MpiControlPlane : public ControlPlane {
   Status BroadcastFromRoot(std::string* data) override;
 
  private:
-  Status Wait(MPI_Request* request, const char* what);
+  // `carries_data`: the collective carries a collective's data (AllreduceCarry), which MPI
+  // only moves while it is called: with work pending here the wait never naps, as a data
+  // transfer's does (mpi_wait.h).
+  Status Wait(MPI_Request* request, const char* what, bool carries_data = false);
   const MpiContext* mpi_;
   double timeout_seconds_;
   const AbortFlag* abort_;
