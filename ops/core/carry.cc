@@ -32,6 +32,15 @@ bool OrderMatters(const Request& r, int world) {
   return world >= 3 && IsFloating(r.dtype) && (op == ReduceOp::kSum || op == ReduceOp::kProduct);
 }
 
+CarryLayout CarryLayout::Of(const Request& request, int and_words) {
+  CarryLayout layout;
+  layout.and_words = and_words;
+  layout.count = NumElements(request.shapes[0]);
+  layout.dtype = request.dtype;
+  layout.op = request.reduce_op;
+  return layout;
+}
+
 int CarryLayout::total_words() const {
   const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
   return payload_offset() + static_cast<int>((bytes + 7) / 8);

@@ -54,6 +54,9 @@ bool OrderMatters(const Request& request, int world);
 // Layout of a carried message with `and_words` negotiation words and `count` elements of
 // `dtype`.
 struct CarryLayout {
+  // The layout of `request`'s carried message (a carriable allreduce) with `and_words`.
+  static CarryLayout Of(const Request& request, int and_words);
+
   int and_words = 0;
   int64_t count = 0;
   DataType dtype = DataType::kFloat32;

@@ -157,11 +157,7 @@ Status Controller::RunCycle(std::deque<TensorEntry> incoming, bool shutdown_requ
   std::vector<uint64_t> carried;  // its result, when every rank had it pending
   if (carry_slot >= 0) {
     const Request& sig = cache_.Get(carry_slot);
-    CarryLayout layout;
-    layout.and_words = static_cast<int>(words.size()) + 1;
-    layout.count = NumElements(sig.shapes[0]);
-    layout.dtype = sig.dtype;
-    layout.op = sig.reduce_op;
+    const CarryLayout layout = CarryLayout::Of(sig, static_cast<int>(words.size()) + 1);
     std::vector<uint64_t> message = layout.NewMessage();
     std::copy(words.begin(), words.end(), message.begin() + layout.words_offset());
     const size_t valid = layout.words_offset() + words.size();
@@ -292,10 +288,7 @@ bool Controller::ReducesAlone(const WorkItem& item) const {
 
 Status Controller::ReduceAlone(WorkItem& item) {
   const Request& sig = item.response.request;
-  CarryLayout layout;
-  layout.count = NumElements(sig.shapes[0]);
-  layout.dtype = sig.dtype;
-  layout.op = sig.reduce_op;
+  const CarryLayout layout = CarryLayout::Of(sig, 0);
   std::vector<uint64_t> message = layout.NewMessage();
   FillPayload(item.entry ? &*item.entry : nullptr, sig, message.data() + layout.payload_offset());
   KERASHVD_RETURN_IF_ERROR(control_->AllreduceCarry(message.data(), static_cast<int>(message.size())));
