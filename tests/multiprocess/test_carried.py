@@ -142,8 +142,10 @@ def test_carried_results_are_right_and_do_not_depend_on_the_prediction(n, tmp_pa
     # expects to be a breaker, are not carried, which leaves 5 of 12 carried; the chain's
     # 10 x 5 calls are carried from its second call on.
     assert phases.get("CARRIED", 0) >= 33 * 4 + 30, phases
-    if n >= 3:  # floating sums not carried go through the same reduction (carry.h, "Bits")
-        assert phases.get("ALLREDUCE", 0) >= 30, phases
+    # The calls after a breaker are not carried: they have a collective of their own. (Which
+    # reduction they take is seen in ops/core/tests/carry_test.cc, where the two orders differ;
+    # with MPICH on one host both give these inputs the same bits.)
+    assert phases.get("ALLREDUCE", 0) >= 30, phases
 
 
 @pytest.mark.mpi

@@ -1,6 +1,7 @@
 // Carried allreduces (carry.h): the message's reduction, the prediction every rank makes alike,
-// and whole cycles of controllers on a FakeWorld in which a predicted allreduce is carried when
-// every rank has it pending and runs as usual when one does not.
+// whole cycles of controllers on a FakeWorld in which a predicted allreduce is carried when
+// every rank has it pending and runs as usual when one does not, and lanes whose results do not
+// depend on which.
 #include <cstring>
 
 #include "../carry.h"
@@ -177,6 +178,41 @@ TEST_F(CarryTest, LanesCarryAChainOfAllreduces) {
   });
   // The mean of 1, 2, 3 is 2, and a mean of equal values stays.
   for (int r = 0; r < n; ++r) EXPECT_TRUE(last[r] == (std::vector<float>{2.0f, -1.0f}));
+}
+
+// A result does not depend on whether the guess held (carry.h, "Bits"). The values make the
+// order of the sum visible: 1 + 1e8 - 1e8 is 0 in float32 from rank 0 up (FakeBackend's
+// order) and 1 from the last rank down (the fake control plane's, which carried messages
+// take). Calls broken up by another allreduce are not carried, and must take the carried
+// order all the same (Controller::ReduceAlone), not the backend's.
+TEST_F(CarryTest, AllreducesNotCarriedAreReducedAsCarriedOnes) {
+  const int n = 3;
+  FakeWorld world(n);
+  std::vector<std::vector<float>> results(n);
+  RunRanks(n, [&](int rank) {
+    LaneRank me(&world, rank);
+    const std::vector<float> input{rank == 0 ? 1.0f : rank == 1 ? 1e8f : -1e8f};
+    const std::vector<float> other{1.0f};
+    for (int call = 0; call < 12; ++call) {
+      if (call % 3 == 2) {  // breaks the prediction: the next call is not carried
+        std::vector<float> out;
+        Status submitted;
+        auto done = me.Allreduce("breaker", other, &out, &submitted);
+        ASSERT_OK(submitted);
+        ASSERT_TRUE(done.wait_for(kWait) == std::future_status::ready);
+        ASSERT_OK(done.get());
+      }
+      std::vector<float> out;
+      Status submitted;
+      auto done = me.Allreduce("x", input, &out, &submitted);
+      ASSERT_OK(submitted);
+      ASSERT_TRUE(done.wait_for(kWait) == std::future_status::ready);
+      ASSERT_OK(done.get());
+      results[rank].push_back(out[0]);
+    }
+  });
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(results[r] == std::vector<float>(12, 1.0f));
 }
 
 }  // namespace

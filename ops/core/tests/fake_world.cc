@@ -122,12 +122,14 @@ Status FakeControlPlane::AllreduceCarry(uint64_t* message, int count) {
   std::vector<std::string> all;
   KERASHVD_RETURN_IF_ERROR(world_->Exchange(rank_, send, &all, timeout_, abort_,
                                             "negotiation (bitwise allreduce with carried data)"));
-  // Combined in rank order from rank 0's message, so that every rank gets the same bits.
+  // Combined from the last rank's message down to rank 0's, the same on every rank. That is
+  // another order than FakeBackend's (rank 0 up), as an MPI library's order for a user-defined
+  // operation can differ from its own sum's: the tests see which of the two reduced a value.
   std::vector<uint64_t> result(count);
-  for (size_t r = 0; r < all.size(); ++r) {
+  for (size_t r = all.size(); r-- > 0;) {
     if (all[r].size() != send.size())
       return Status::Internal("ranks passed different word counts to AllreduceCarry");
-    if (r == 0) {
+    if (r + 1 == all.size()) {
       std::memcpy(result.data(), all[r].data(), all[r].size());
       continue;
     }
