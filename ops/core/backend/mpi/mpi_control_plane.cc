@@ -32,7 +32,7 @@ Status MpiControlPlane::Wait(MPI_Request* request, const char* what, bool carrie
   policy.idler = &idler_;
   policy.counters = &counters_;
   const bool urgent = !urgency_ || urgency_();
-  if (carries_data && urgent) policy.spin = std::chrono::microseconds(-1);
+  if (carries_data && urgent) policy.spin = kCarrySpin;
   if (!urgent) {
     policy.spin = std::chrono::microseconds(0);
     policy.first_nap = kRelaxedFirstNap;

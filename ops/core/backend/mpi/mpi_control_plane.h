@@ -37,8 +37,10 @@ class MpiControlPlane : public ControlPlane {
 
  private:
   // `carries_data`: the collective carries a collective's data (AllreduceCarry), which MPI
-  // only moves while it is called: with work pending here the wait never naps, as a data
-  // transfer's does (mpi_wait.h).
+  // only moves while it is called: with work pending here the wait spins kCarrySpin before
+  // it naps, long enough for the data's rounds once every rank is there, short enough that a
+  // rank waiting for a late peer does not take the cores it computes on for long.
+  static constexpr std::chrono::microseconds kCarrySpin{2000};
   Status Wait(MPI_Request* request, const char* what, bool carries_data = false);
   const MpiContext* mpi_;
   double timeout_seconds_;
