@@ -17,6 +17,16 @@ namespace {
 
 using CarryTest = RankThreadsTest;  // the suite of this file
 
+// One allreduce of `in` on `me`'s lane, waited for; its result in `out`.
+void AllreduceAndWait(LaneRank& me, const std::string& name, const std::vector<float>& in,
+                      std::vector<float>* out) {
+  Status submitted;
+  auto done = me.Allreduce(name, in, out, &submitted);
+  ASSERT_OK(submitted);
+  ASSERT_TRUE(done.wait_for(kWait) == std::future_status::ready);
+  ASSERT_OK(done.get());
+}
+
 CarryLayout FloatLayout(int and_words, int64_t count, ReduceOp op = ReduceOp::kSum) {
   CarryLayout layout;
   layout.and_words = and_words;
@@ -166,11 +176,7 @@ TEST_F(CarryTest, LanesCarryAChainOfAllreduces) {
     for (int round = 0; round < 4; ++round)
       for (int link = 0; link < 3; ++link) {
         std::vector<float> out;
-        Status submitted;
-        auto done = me.Allreduce("chain" + std::to_string(link), value, &out, &submitted);
-        ASSERT_OK(submitted);
-        ASSERT_TRUE(done.wait_for(kWait) == std::future_status::ready);
-        ASSERT_OK(done.get());
+        AllreduceAndWait(me, "chain" + std::to_string(link), value, &out);
         for (float& v : out) v /= n;
         value = out;
       }
@@ -194,20 +200,10 @@ TEST_F(CarryTest, AllreducesNotCarriedAreReducedAsCarriedOnes) {
     const std::vector<float> input{rank == 0 ? 1.0f : rank == 1 ? 1e8f : -1e8f};
     const std::vector<float> other{1.0f};
     for (int call = 0; call < 12; ++call) {
-      if (call % 3 == 2) {  // breaks the prediction: the next call is not carried
-        std::vector<float> out;
-        Status submitted;
-        auto done = me.Allreduce("breaker", other, &out, &submitted);
-        ASSERT_OK(submitted);
-        ASSERT_TRUE(done.wait_for(kWait) == std::future_status::ready);
-        ASSERT_OK(done.get());
-      }
       std::vector<float> out;
-      Status submitted;
-      auto done = me.Allreduce("x", input, &out, &submitted);
-      ASSERT_OK(submitted);
-      ASSERT_TRUE(done.wait_for(kWait) == std::future_status::ready);
-      ASSERT_OK(done.get());
+      if (call % 3 == 2)  // breaks the prediction: the next call is not carried
+        AllreduceAndWait(me, "breaker", other, &out);
+      AllreduceAndWait(me, "x", input, &out);
       results[rank].push_back(out[0]);
     }
   });
