@@ -315,9 +315,10 @@ def _step_daemons(job):
 
 
 def wait_through_requeue(cluster, job, timeout=600):
-    """``cluster.wait(job)``, but a requeued job starts again at once: SLURM holds a requeued
-    job for about two minutes (``Reason=BeginTime``) and then waits for its next scheduling
-    pass, about three minutes in all, which a test need not sit through."""
+    """``cluster.wait(job)`` through a requeue. SLURM holds a requeued job (``Reason=BeginTime``)
+    for the credential lifetime (``cluster.cred_expire``) and then starts it at its next
+    scheduling pass, up to a minute later; this waits out the hold and then asks for that pass
+    at once (``scontrol update StartTime=now``)."""
     deadline = time.monotonic() + timeout
     held_since = None
     while time.monotonic() < deadline:
@@ -325,14 +326,15 @@ def wait_through_requeue(cluster, job, timeout=600):
         held = fields.get("JobState") == "PENDING" and fields.get("Reason") == "BeginTime"
         if held and held_since is None:
             held_since = time.monotonic()
-        # Released only once every slurmstepd of the last run has exited. The next run has
-        # the same job and step ids, and an old step still ending removes its PMI-2 socket,
-        # which by then is the new step's: srun then fails at the ranks' last PMI exchange
-        # ("mpi/pmi2: failed to send temp kvs to compute nodes") and the job ends FAILED.
-        # And not within 2 s of the requeue: slurmd revoked the last run's credential, and it
-        # refuses a credential made in the same second as that revocation ("Job credential
-        # revoked", "Job ... already killed, do not launch batch job"): the job ends FAILED.
-        if held and time.monotonic() - held_since >= 2 and not _step_daemons(job):
+        # Not before the hold is over: slurmd revoked the last run's credentials, and a run
+        # started sooner has been refused ("Job credential revoked", "Job ... already killed,
+        # do not launch batch job") and ended FAILED. And only once every slurmstepd of the
+        # last run has exited: the next run has the same job and step ids, and an old step
+        # still ending removes its PMI-2 socket, which by then is the new step's (srun fails
+        # at the ranks' last PMI exchange, "mpi/pmi2: failed to send temp kvs to compute
+        # nodes").
+        if (held and time.monotonic() - held_since >= cluster.cred_expire + 1
+                and not _step_daemons(job)):
             cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], timeout=30)
         if fields.get("JobState") not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING",
                                            "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", None):
@@ -386,7 +388,7 @@ def test_template_stops_on_the_walltime_signal_requeues_and_resumes_exactly(
     slurm_cluster.run(["scancel", "--signal=USR1", str(job)], timeout=30)
     state = wait_through_requeue(slurm_cluster, job)
     log = slurm_cluster.log(job)
-    assert state == "COMPLETED", log[-5000:]
+    assert state == "COMPLETED", f"{log[-5000:]}\n{slurm_cluster.history(job)}"
     stopped = re.search(r"SIGUSR1 received: every rank stopped after batch (\d+) of epoch 1", log)
     assert stopped, log[-5000:]
     assert "stopped with a checkpoint; requeueing (run 1 of at most 20)" in log, log[-5000:]
@@ -414,7 +416,8 @@ def test_template_signals_every_rank_before_the_time_limit_and_requeues(slurm_cl
                                "--time=1", "--signal=USR1@40"])
     state = wait_through_requeue(slurm_cluster, job, timeout=300)
     log = slurm_cluster.log(job)
-    assert state == "COMPLETED", (log[-5000:], slurm_cluster.job(job), slurm_cluster._logs())
+    assert state == "COMPLETED", (f"{log[-3000:]}\n{slurm_cluster.job(job)}\n"
+                                  f"{slurm_cluster.history(job)}")
     assert len(re.findall(r"(?m)^rank \d: SIGUSR1 \d+ s after the start", log)) == 2, log[-5000:]
     assert "requeueing (run 1 of at most 20)" in log, log[-5000:]
     assert len(re.findall(r"(?m)^rank \d: requeued run 1$", log)) == 2, log[-5000:]
