@@ -25,7 +25,7 @@ const std::vector<SettingInfo>& Settings() {
        "after a cycle that ran collectives, the engine's background thread polls for the next "
        "submission this long (yielding its core between polls) before it sleeps: a collective "
        "submitted within it starts its negotiation without waiting for the thread to be woken "
-       "(tens of microseconds per collective across nodes); 0: sleep at once, spending no "
+       "(microseconds on an idle core, more on a busy one); 0: sleep at once, spending no "
        "CPU time between collectives (what ranks that share their cores need). Try 0.05 "
        "where each rank has a core to spare",
        &Config::linger_ms, 1},
