@@ -40,7 +40,12 @@ def _link(nodes, node, up):
 
 
 def _kill_node(nodes, node):
-    for pid, _ in nodes.processes(node):
+    # Newest first: ranks, supervisors, hydra's proxy, then the ssh session. Killed oldest first,
+    # the session's end reaches hydra before the supervisors' ends reach kerashvdrun, and hydra
+    # then ends the first node's ranks too; on a loaded machine those losses have come first,
+    # and kerashvdrun, which names the first host to lose every rank, named the first node (once
+    # in CI). kerashvdrun cannot tell the two apart from its watches alone.
+    for pid, _ in sorted(nodes.processes(node), reverse=True):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
