@@ -134,12 +134,18 @@ def _timeline_step(hvd, step, path):
     with open(path) as f:
         events = json.load(f)
     begin, end = (1e6 * (m - origin) for m in marks[-2:])
+    # `origin` is only known to within start_timeline's own time (up to a millisecond on a busy
+    # machine), so the last step's phases are told from the step before it by their order,
+    # not by `end`: each submission (NEGOTIATE) of a collective starts its row again, and
+    # nothing is submitted after the last step.
     rows = {}
-    for e in events:
+    for e in sorted(events, key=lambda e: e.get("ts", 0)):
         key = e.get("args", {}).get("tensor")
-        if e.get("ph") != "X" or key is None or not begin - 2e3 <= e["ts"] <= end:
+        if e.get("ph") != "X" or key is None or e["ts"] < begin - 2e3:
             continue
         row = rows.setdefault(key, {})
+        if e["name"] == "NEGOTIATE":
+            row.clear()
         row[e["name"]] = (e["ts"] - begin, e["ts"] + e["dur"] - begin)
     table = []
     for key, phases in rows.items():
