@@ -110,6 +110,9 @@ class LossGatherer:
     The group that names the failure is the first whose host lost every rank it had, else the
     first: a host that goes down takes MPI's process manager with it, which may kill the
     supervisor of a rank on another host a moment before the lost host's own losses arrive.
+    What it cannot tell apart: when the lost host's ssh session ends before its ranks do,
+    hydra may end every rank of another host (the launcher's own) before the lost host's
+    losses arrive, and that host, having lost every rank first, is the one named.
 
     Example:
 
